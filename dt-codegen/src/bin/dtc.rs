@@ -1,1 +1,149 @@
-fn main() {}
+//! `dtc`, the DT command-line compiler.
+
+use clap::{Parser, Subcommand};
+use dt_codegen::npy;
+use dt_core::algo::{FuncId, Program};
+use dt_core::tensor::{Args, Tensor};
+use dt_core::{DType, SourceFile};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "dtc", version, about = "The DT compiler: check, evaluate, emit and run .dt kernel specs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Arguments that say what to run a kernel on.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The spec.
+    file: PathBuf,
+    /// The kernel to run (default: the only one in the file).
+    #[arg(long)]
+    kernel: Option<String>,
+    /// An input tensor: NAME=PATH.npy (float32 or float16).
+    #[arg(long = "input", value_name = "NAME=PATH")]
+    inputs: Vec<String>,
+    /// A scalar input: NAME=VALUE.
+    #[arg(long = "scalar", value_name = "NAME=VALUE")]
+    scalars: Vec<String>,
+    /// The size of a dimension that no input fixes: DIM=N.
+    #[arg(long = "size", value_name = "DIM=N")]
+    sizes: Vec<String>,
+    /// Element type (default: that of the inputs; bf16 must be asked for, and is read and
+    /// written as float32).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Where to write the result (.npy).
+    #[arg(long)]
+    output: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check specs; exit 0 when all are valid, 1 with diagnostics on stderr otherwise.
+    Check { files: Vec<PathBuf> },
+    /// Run the reference evaluator (the meaning of the spec) on .npy inputs.
+    Eval(RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check { files } => check(&files),
+        Command::Eval(args) => eval(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            if !msg.is_empty() {
+                eprintln!("{}", msg.trim_end());
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads and checks a spec; on failure, the rendered diagnostics.
+fn load(path: &Path) -> Result<Program, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: error: {e}", path.display()))?;
+    let src = SourceFile::new(path.display().to_string(), text);
+    dt_core::compile_spec(src.text()).map_err(|diags| src.render_all(&diags))
+}
+
+fn check(files: &[PathBuf]) -> Result<(), String> {
+    if files.is_empty() {
+        return Err("dtc check: no files given".into());
+    }
+    let mut errors = Vec::new();
+    for f in files {
+        if let Err(e) = load(f) {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+fn pick_kernel(p: &Program, name: Option<&str>, file: &Path) -> Result<FuncId, String> {
+    let names: Vec<&str> = p.kernels.iter().map(|k| p.func(*k).name.as_str()).collect();
+    match name {
+        Some(n) => p.kernel_by_name(n).ok_or_else(|| format!("{}: no kernel `{n}` (kernels: {})", file.display(), names.join(", "))),
+        None if p.kernels.len() == 1 => Ok(p.kernels[0]),
+        None => Err(format!("{}: several kernels ({}); choose one with --kernel", file.display(), names.join(", "))),
+    }
+}
+
+fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {
+    s.split_once('=').ok_or_else(|| format!("expected {what}, got `{s}`"))
+}
+
+/// Everything a run needs: the program, the kernel, its arguments and the element type.
+struct Prepared {
+    program: Program,
+    kernel: FuncId,
+    args: Args,
+    dtype: DType,
+}
+
+fn prepare(a: &RunArgs) -> Result<Prepared, String> {
+    let program = load(&a.file)?;
+    let kernel = pick_kernel(&program, a.kernel.as_deref(), &a.file)?;
+    let mut args = Args::default();
+    let mut input_dtype: Option<DType> = None;
+    for s in &a.inputs {
+        let (name, path) = split_pair(s, "NAME=PATH")?;
+        let (t, dt) = npy::read(Path::new(path))?;
+        match input_dtype {
+            Some(prev) if prev != dt => return Err(format!("inputs mix element types ({prev} and {dt}); a kernel takes one")),
+            _ => input_dtype = Some(dt),
+        }
+        args.inputs.push((name.to_string(), t));
+    }
+    for s in &a.scalars {
+        let (name, v) = split_pair(s, "NAME=VALUE")?;
+        let v: f32 = v.parse().map_err(|_| format!("scalar `{name}`: `{v}` is not a number"))?;
+        args.scalars.push((name.to_string(), v));
+    }
+    for s in &a.sizes {
+        let (name, v) = split_pair(s, "DIM=N")?;
+        let n: usize = v.parse().map_err(|_| format!("size of `{name}`: `{v}` is not a whole number"))?;
+        args.sizes.push((name.to_string(), n));
+    }
+    let dtype = match &a.dtype {
+        Some(s) => DType::from_name(s).ok_or_else(|| format!("unknown --dtype `{s}` (f16, bf16, f32)"))?,
+        None => input_dtype.unwrap_or(DType::F32),
+    };
+    Ok(Prepared { program, kernel, args, dtype })
+}
+
+fn eval(a: &RunArgs) -> Result<(), String> {
+    let p = prepare(a)?;
+    let out: Tensor = dt_core::eval::evaluate(&p.program, p.kernel, &p.args, p.dtype).map_err(|e| format!("dtc eval: {e}"))?;
+    npy::write(&a.output, &out, p.dtype)
+}

@@ -1,0 +1,48 @@
+//! `.npy` files in and out of [`Tensor`]s (f32 and f16 arrays; bf16 has no numpy dtype, so it
+//! travels as f32 and is rounded on the way in and out).
+
+use dt_core::tensor::Tensor;
+use dt_core::DType;
+use npyz::WriterBuilder;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+
+/// Reads an f32 or f16 array; returns its values widened to f32 and its element type.
+pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let npy = npyz::NpyFile::new(BufReader::new(file)).map_err(|e| format!("{}: not a .npy file: {e}", path.display()))?;
+    if npy.order() != npyz::Order::C {
+        return Err(format!("{}: Fortran-ordered arrays are not supported; save with np.ascontiguousarray", path.display()));
+    }
+    let shape: Vec<usize> = npy.shape().iter().map(|&n| n as usize).collect();
+    let descr = npy.dtype().descr();
+    let (data, dtype) = match descr.as_str() {
+        "'<f4'" => (npy.into_vec::<f32>().map_err(|e| format!("{}: {e}", path.display()))?, DType::F32),
+        "'<f2'" => (npy.into_vec::<half::f16>().map_err(|e| format!("{}: {e}", path.display()))?.into_iter().map(|v| v.to_f32()).collect(), DType::F16),
+        other => return Err(format!("{}: element type {other} is not supported; use float32 or float16", path.display())),
+    };
+    if data.len() != shape.iter().product::<usize>() {
+        return Err(format!("{}: data does not match shape {shape:?}", path.display()));
+    }
+    Ok((Tensor { shape, data }, dtype))
+}
+
+/// Writes a tensor as `.npy` of the given element type (bf16 as f32).
+pub fn write(path: &Path, t: &Tensor, dtype: DType) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let file = BufWriter::new(File::create(path).map_err(err)?);
+    let shape: Vec<u64> = t.shape.iter().map(|&n| n as u64).collect();
+    match dtype {
+        DType::F16 => {
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(file).begin_nd().map_err(err)?;
+            w.extend(t.data.iter().map(|&v| half::f16::from_f32(v))).map_err(err)?;
+            w.finish().map_err(err)
+        }
+        DType::F32 | DType::BF16 => {
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(&shape).writer(file).begin_nd().map_err(err)?;
+            w.extend(t.data.iter().copied()).map_err(err)?;
+            w.finish().map_err(err)
+        }
+    }
+}

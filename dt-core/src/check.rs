@@ -1,0 +1,961 @@
+//! The semantic checker: an [`ast::File`] to a valid [`Program`] (the algorithm IR with its
+//! schedules), or diagnostics. Every independent error is reported; nothing panics.
+
+use crate::algo::*;
+use crate::ast::{self, DeclKind, ExprKind, Item, SchedArg};
+use crate::diag::Diagnostic;
+use crate::dtype::DType;
+use crate::schedule::{MapEntry, Schedule};
+use crate::span::{Ident, Span};
+use std::collections::{BTreeSet, HashMap};
+
+/// Names that mean something without a declaration.
+const BUILTIN_CONSTANTS: &[&str] = &["inf"];
+const UNARY_FUNCS: &[(&str, UnOp)] = &[
+    ("exp", UnOp::Exp),
+    ("exp2", UnOp::Exp2),
+    ("log", UnOp::Log),
+    ("sqrt", UnOp::Sqrt),
+    ("rsqrt", UnOp::Rsqrt),
+    ("tanh", UnOp::Tanh),
+    ("sigmoid", UnOp::Sigmoid),
+    ("abs", UnOp::Abs),
+];
+const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
+const PRIMITIVES: &str = "block, tensorize, map, fuse_at, num_warps, num_stages, dtypes, bound, compile";
+
+#[derive(Clone, Copy, Debug)]
+enum Entity {
+    Func(FuncId),
+    Input(InputId),
+    Scalar(ScalarId),
+    Dim(DimId),
+}
+
+/// Checks a parsed file. Returns the program when there were no errors (in `diags`, which may
+/// already hold the parser's).
+pub fn check(file: &ast::File, diags: &mut Vec<Diagnostic>) -> Option<Program> {
+    let errors_before = diags.len();
+    let mut cx = Checker { prog: Program::default(), names: HashMap::new(), diags, defs: Vec::new(), sched_spans: Vec::new() };
+    cx.declare(file);
+    cx.define(file);
+    cx.check_cycles();
+    cx.schedule(file);
+    if cx.diags.len() > errors_before {
+        return None;
+    }
+    Some(cx.prog)
+}
+
+struct Def<'a> {
+    dims: Vec<DimId>,
+    body: &'a ast::Expr,
+    span: Span,
+}
+
+/// Where each schedule primitive of a Func was written, for errors found after all are read.
+#[derive(Default, Clone)]
+struct SchedSpans {
+    block: Option<Span>,
+    map: Option<Span>,
+    placement: Vec<Span>,
+    fuse_at: Option<Span>,
+    tensorize: Vec<(DimId, u32, Span)>,
+    dtypes: Option<Span>,
+}
+
+struct Checker<'a, 'd> {
+    prog: Program,
+    names: HashMap<String, (Entity, Span)>,
+    diags: &'d mut Vec<Diagnostic>,
+    defs: Vec<Option<Def<'a>>>,
+    sched_spans: Vec<SchedSpans>,
+}
+
+fn list(names: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let v: Vec<String> = names.into_iter().map(|s| s.as_ref().to_string()).collect();
+    if v.is_empty() {
+        "(none)".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+impl<'a, 'd> Checker<'a, 'd> {
+    fn err(&mut self, span: Span, msg: impl Into<String>, label: impl Into<String>) {
+        self.diags.push(Diagnostic::new(span, msg).with_label(label));
+    }
+
+    fn dims_named(&self, ds: &[DimId]) -> String {
+        list(ds.iter().map(|d| self.prog.dim_name(*d)))
+    }
+
+    fn declared_dims(&self) -> String {
+        list(self.prog.dims.iter().map(|d| d.name.as_str()))
+    }
+
+    // ---- declarations ------------------------------------------------------------------------
+
+    fn declare(&mut self, file: &ast::File) {
+        for item in &file.items {
+            let Item::Decl { kind, names, .. } = item else { continue };
+            for id in names {
+                if let Some((_, prev)) = self.names.get(&id.name) {
+                    let prev = *prev;
+                    let (line_hint, _) = (prev.start, 0);
+                    let _ = line_hint;
+                    self.err(id.span, format!("`{}` is declared twice", id.name), "each name is declared once; all names share one namespace");
+                    continue;
+                }
+                if BUILTIN_CONSTANTS.contains(&id.name.as_str()) || DType::from_name(&id.name).is_some() {
+                    self.err(id.span, format!("`{}` is a reserved name", id.name), "choose another name");
+                    continue;
+                }
+                let entity = match kind {
+                    DeclKind::Func => {
+                        self.prog.funcs.push(Func { name: id.name.clone(), span: id.span, dims: vec![], body: Expr::Const(0.0), schedule: Schedule::default() });
+                        self.defs.push(None);
+                        self.sched_spans.push(SchedSpans::default());
+                        Entity::Func(FuncId(self.prog.funcs.len() as u32 - 1))
+                    }
+                    DeclKind::In => {
+                        self.prog.inputs.push(Input { name: id.name.clone(), span: id.span, labellings: vec![] });
+                        Entity::Input(InputId(self.prog.inputs.len() as u32 - 1))
+                    }
+                    DeclKind::SIn => {
+                        self.prog.scalars.push(Scalar { name: id.name.clone(), span: id.span });
+                        Entity::Scalar(ScalarId(self.prog.scalars.len() as u32 - 1))
+                    }
+                    DeclKind::Var | DeclKind::RVar => {
+                        self.prog.dims.push(Dim { name: id.name.clone(), span: id.span, declared_reduction: *kind == DeclKind::RVar });
+                        Entity::Dim(DimId(self.prog.dims.len() as u32 - 1))
+                    }
+                };
+                self.names.insert(id.name.clone(), (entity, id.span));
+            }
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<Entity> {
+        self.names.get(name).map(|(e, _)| *e)
+    }
+
+    fn kind_word(e: Entity) -> &'static str {
+        match e {
+            Entity::Func(_) => "a Func",
+            Entity::Input(_) => "an input",
+            Entity::Scalar(_) => "a scalar input",
+            Entity::Dim(_) => "a dimension",
+        }
+    }
+
+    /// Resolves a dimension label; reports undeclared labels with the dimensions in `scope`.
+    fn dim(&mut self, id: &Ident, scope: &[DimId]) -> Option<DimId> {
+        match self.lookup(&id.name) {
+            Some(Entity::Dim(d)) => Some(d),
+            Some(e) => {
+                self.err(id.span, format!("`{}` is {}, not a dimension", id.name, Self::kind_word(e)), format!("dimensions here are: {}", self.dims_named(scope)));
+                None
+            }
+            None => {
+                let label = if scope.is_empty() { format!("declared dimensions are: {}", self.declared_dims()) } else { format!("declared dimensions here are: {}", self.dims_named(scope)) };
+                self.err(id.span, format!("`{}` is not a declared dimension", id.name), label);
+                None
+            }
+        }
+    }
+
+    // ---- definitions -------------------------------------------------------------------------
+
+    fn define(&mut self, file: &'a ast::File) {
+        // Left-hand sides first, so reads can be checked against any Func's arity.
+        for item in &file.items {
+            let Item::Def { func, dims, body, span } = item else { continue };
+            let f = match self.lookup(&func.name) {
+                Some(Entity::Func(f)) => f,
+                Some(e) => {
+                    self.err(func.span, format!("`{}` is {}; only a Func can be defined", func.name, Self::kind_word(e)), "declare it with `Func`");
+                    continue;
+                }
+                None => {
+                    self.err(func.span, format!("`{}` is not declared", func.name), format!("add `Func {};`", func.name));
+                    continue;
+                }
+            };
+            if self.defs[f.index()].is_some() {
+                self.err(func.span, format!("`{}` is defined twice", func.name), "a Func has one definition");
+                continue;
+            }
+            let mut ds = Vec::new();
+            let mut ok = true;
+            for d in dims {
+                match self.dim(d, &[]) {
+                    Some(id) if ds.contains(&id) => {
+                        self.err(d.span, format!("`{}` appears twice on the left-hand side", d.name), "dimensions of a Func are distinct");
+                        ok = false;
+                    }
+                    Some(id) => ds.push(id),
+                    None => ok = false,
+                }
+            }
+            if ok {
+                self.defs[f.index()] = Some(Def { dims: ds.clone(), body, span: *span });
+                self.prog.funcs[f.index()].dims = ds;
+                self.prog.funcs[f.index()].span = func.span;
+            }
+        }
+        for i in 0..self.defs.len() {
+            let Some(def) = self.defs[i].as_ref() else { continue };
+            let (dims, body) = (def.dims.clone(), def.body);
+            let name = self.prog.funcs[i].name.clone();
+            if let Some(e) = self.expr(body, &name, &dims) {
+                self.prog.funcs[i].body = e;
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &ast::Expr, func: &str, scope: &[DimId]) -> Option<Expr> {
+        match &e.kind {
+            ExprKind::Number(v) => Some(Expr::Const(*v)),
+            ExprKind::Neg(a) => Some(Expr::Unary(UnOp::Neg, Box::new(self.expr(a, func, scope)?))),
+            ExprKind::Binary(op, a, b) => {
+                let a = self.expr(a, func, scope);
+                let b = self.expr(b, func, scope);
+                let op = match op {
+                    ast::BinOp::Add => BinOp::Add,
+                    ast::BinOp::Sub => BinOp::Sub,
+                    ast::BinOp::Mul => BinOp::Mul,
+                    ast::BinOp::Div => BinOp::Div,
+                    ast::BinOp::Lt => BinOp::Lt,
+                    ast::BinOp::Le => BinOp::Le,
+                    ast::BinOp::Gt => BinOp::Gt,
+                    ast::BinOp::Ge => BinOp::Ge,
+                    ast::BinOp::Eq => BinOp::Eq,
+                    ast::BinOp::Ne => BinOp::Ne,
+                };
+                Some(Expr::Binary(op, Box::new(a?), Box::new(b?)))
+            }
+            ExprKind::Name(id) => match self.lookup(&id.name) {
+                Some(Entity::Scalar(s)) => Some(Expr::Scalar(s)),
+                Some(Entity::Dim(d)) => {
+                    if scope.contains(&d) {
+                        Some(Expr::Index(d))
+                    } else {
+                        self.not_in_scope(id, func, scope);
+                        None
+                    }
+                }
+                Some(Entity::Input(_)) | Some(Entity::Func(_)) => {
+                    self.err(id.span, format!("`{}` is a tensor and needs an index", id.name), format!("write `{}[...]` with its dimensions", id.name));
+                    None
+                }
+                None if BUILTIN_CONSTANTS.contains(&id.name.as_str()) => Some(Expr::Const(f64::INFINITY)),
+                None => {
+                    self.err(id.span, format!("`{}` is not declared", id.name), "declare it with `In`, `SIn`, `Var` or `Func`");
+                    None
+                }
+            },
+            ExprKind::Access { name, index } => self.access(name, index, func, scope),
+            ExprKind::Call { name, args } => self.call(e.span, name, args, func, scope),
+        }
+    }
+
+    fn not_in_scope(&mut self, id: &Ident, func: &str, scope: &[DimId]) {
+        self.err(
+            id.span,
+            format!("`{}` is not a dimension of `{func}` here", id.name),
+            format!("dimensions here are: {}; reduce over `{}` (rsum, rmax, rmin, rdot) or add it to `{func}[...]`", self.dims_named(scope), id.name),
+        );
+    }
+
+    /// Labels of an access, each a declared dimension in scope, distinct.
+    fn labels(&mut self, index: &[ast::Expr], func: &str, scope: &[DimId]) -> Option<Vec<DimId>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        for ix in index {
+            let ExprKind::Name(id) = &ix.kind else {
+                self.err(ix.span, "an index must be a dimension name", "indices are labels such as `x`; arithmetic on indices is not supported");
+                ok = false;
+                continue;
+            };
+            match self.dim(id, scope) {
+                Some(d) if !scope.contains(&d) => {
+                    self.not_in_scope(id, func, scope);
+                    ok = false;
+                }
+                Some(d) if out.contains(&d) => {
+                    self.err(id.span, format!("`{}` is used twice in one index", id.name), "each axis needs its own dimension");
+                    ok = false;
+                }
+                Some(d) => out.push(d),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn access(&mut self, name: &Ident, index: &[ast::Expr], func: &str, scope: &[DimId]) -> Option<Expr> {
+        match self.lookup(&name.name) {
+            Some(Entity::Input(i)) => {
+                let labels = self.labels(index, func, scope)?;
+                let input = &mut self.prog.inputs[i.index()];
+                if let Some(first) = input.labellings.first() {
+                    if first.len() != labels.len() {
+                        let n = first.len();
+                        self.err(name.span, format!("`{}` is read with {} indices here but {} elsewhere", name.name, labels.len(), n), format!("`{}` has {} axes", name.name, n));
+                        return None;
+                    }
+                }
+                if !input.labellings.contains(&labels) {
+                    input.labellings.push(labels.clone());
+                }
+                Some(Expr::Load { input: i, index: labels })
+            }
+            Some(Entity::Func(g)) => {
+                let labels = self.labels(index, func, scope)?;
+                let Some(def) = self.defs[g.index()].as_ref() else {
+                    self.err(name.span, format!("`{}` is used but never defined", name.name), format!("define it: `{}[...] = ...;`", name.name));
+                    return None;
+                };
+                if def.dims.len() != labels.len() {
+                    let n = def.dims.len();
+                    self.err(name.span, format!("`{}` has {} dimensions but is read with {}", name.name, n, labels.len()), format!("`{}` is defined over [{}]", name.name, self.dims_named(&self.defs[g.index()].as_ref().map(|d| d.dims.clone()).unwrap_or_default())));
+                    return None;
+                }
+                Some(Expr::Read { func: g, index: labels })
+            }
+            Some(e) => {
+                self.err(name.span, format!("`{}` is {}, not a tensor", name.name, Self::kind_word(e)), "only inputs and Funcs can be indexed");
+                None
+            }
+            None => {
+                self.err(name.span, format!("`{}` is not declared", name.name), "declare it with `In` or `Func`");
+                None
+            }
+        }
+    }
+
+    fn arity(&mut self, span: Span, name: &str, args: &[ast::Expr], n: usize, form: &str) -> bool {
+        if args.len() != n {
+            self.err(span, format!("`{name}` takes {n} argument{} but was given {}", if n == 1 { "" } else { "s" }, args.len()), format!("write `{form}`"));
+            return false;
+        }
+        true
+    }
+
+    /// The dimension named by a reduction's last argument.
+    fn reduced_dim(&mut self, arg: &ast::Expr, scope: &[DimId]) -> Option<DimId> {
+        let ExprKind::Name(id) = &arg.kind else {
+            self.err(arg.span, "expected the dimension to reduce over", "a dimension name such as `k`");
+            return None;
+        };
+        let d = self.dim(id, scope)?;
+        if scope.contains(&d) {
+            self.err(id.span, format!("cannot reduce over `{}`: it is already a dimension here", id.name), "reduce over a dimension the result does not have");
+            return None;
+        }
+        Some(d)
+    }
+
+    fn call(&mut self, span: Span, name: &Ident, args: &[ast::Expr], func: &str, scope: &[DimId]) -> Option<Expr> {
+        let n = name.name.as_str();
+        if let Some((_, op)) = UNARY_FUNCS.iter().find(|(f, _)| *f == n) {
+            if !self.arity(name.span, n, args, 1, &format!("{n}(e)")) {
+                return None;
+            }
+            return Some(Expr::Unary(*op, Box::new(self.expr(&args[0], func, scope)?)));
+        }
+        match n {
+            "max" | "min" => {
+                if !self.arity(name.span, n, args, 2, &format!("{n}(a, b)")) {
+                    return None;
+                }
+                let a = self.expr(&args[0], func, scope);
+                let b = self.expr(&args[1], func, scope);
+                let op = if n == "max" { BinOp::Max } else { BinOp::Min };
+                Some(Expr::Binary(op, Box::new(a?), Box::new(b?)))
+            }
+            "where" => {
+                if !self.arity(name.span, n, args, 3, "where(condition, a, b)") {
+                    return None;
+                }
+                let c = self.expr(&args[0], func, scope);
+                let a = self.expr(&args[1], func, scope);
+                let b = self.expr(&args[2], func, scope);
+                Some(Expr::Select(Box::new(c?), Box::new(a?), Box::new(b?)))
+            }
+            "len" => {
+                if !self.arity(name.span, n, args, 1, "len(d)") {
+                    return None;
+                }
+                let ExprKind::Name(id) = &args[0].kind else {
+                    self.err(args[0].span, "`len` takes a dimension name", "write `len(d)`");
+                    return None;
+                };
+                Some(Expr::Len(self.dim(id, scope)?))
+            }
+            "rsum" | "rmax" | "rmin" => {
+                if !self.arity(name.span, n, args, 2, &format!("{n}(e, d)")) {
+                    return None;
+                }
+                let dim = self.reduced_dim(&args[1], scope)?;
+                let inner: Vec<DimId> = scope.iter().copied().chain([dim]).collect();
+                let body = self.expr(&args[0], func, &inner)?;
+                if !body.free_dims().contains(&dim) {
+                    self.err(args[0].span, format!("the operand of `{n}` does not vary over `{}`", self.prog.dim_name(dim)), format!("it varies over: {}", self.dims_named(&body.free_dims().into_iter().collect::<Vec<_>>())));
+                    return None;
+                }
+                let op = match n {
+                    "rsum" => RedOp::Sum,
+                    "rmax" => RedOp::Max,
+                    _ => RedOp::Min,
+                };
+                Some(Expr::Reduce { op, dim, body: Box::new(body) })
+            }
+            "rdot" => {
+                if !self.arity(name.span, n, args, 3, "rdot(a, b, k)") {
+                    return None;
+                }
+                let dim = self.reduced_dim(&args[2], scope)?;
+                let inner: Vec<DimId> = scope.iter().copied().chain([dim]).collect();
+                let a = self.expr(&args[0], func, &inner);
+                let b = self.expr(&args[1], func, &inner);
+                let (a, b) = (a?, b?);
+                for (arg, e) in [(&args[0], &a), (&args[1], &b)] {
+                    if !e.free_dims().contains(&dim) {
+                        self.err(arg.span, format!("this operand of `rdot` does not vary over `{}`", self.prog.dim_name(dim)), "both operands of a contraction must have the contracted dimension");
+                        return None;
+                    }
+                }
+                Some(Expr::Dot { dim, a: Box::new(a), b: Box::new(b) })
+            }
+            "reshape" => {
+                if args.len() < 2 {
+                    self.err(name.span, "`reshape` needs an expression and its dimensions", "write `reshape(e, x, 1)`");
+                    return None;
+                }
+                let e = self.expr(&args[0], func, scope)?;
+                let mut listed = BTreeSet::new();
+                for a in &args[1..] {
+                    match &a.kind {
+                        ExprKind::Number(v) if *v == 1.0 => {}
+                        ExprKind::Name(id) => {
+                            let d = self.dim(id, scope)?;
+                            if !listed.insert(d) {
+                                self.err(id.span, format!("`{}` is listed twice", id.name), "each dimension once");
+                                return None;
+                            }
+                        }
+                        _ => {
+                            self.err(a.span, "`reshape` takes dimension names and `1`", "write `reshape(e, x, 1)`");
+                            return None;
+                        }
+                    }
+                }
+                let free = e.free_dims();
+                if listed != free {
+                    self.err(span, "`reshape` must list exactly the dimensions of its operand", format!("the operand varies over: {}", self.dims_named(&free.into_iter().collect::<Vec<_>>())));
+                    return None;
+                }
+                Some(e)
+            }
+            _ => {
+                let what = match self.lookup(n) {
+                    Some(e) => format!("`{n}` is {}, not a function", Self::kind_word(e)),
+                    None => format!("`{n}` is not a function"),
+                };
+                self.err(name.span, what, format!("functions are: {BUILTIN_FUNCS}"));
+                None
+            }
+        }
+    }
+
+    fn check_cycles(&mut self) {
+        // Colour-marking depth-first search over Func reads.
+        let n = self.prog.funcs.len();
+        let mut state = vec![0u8; n];
+        let mut reported = vec![false; n];
+        fn visit(p: &Program, f: usize, state: &mut [u8], path: &mut Vec<usize>, cycles: &mut Vec<Vec<usize>>) {
+            state[f] = 1;
+            path.push(f);
+            for (g, _) in p.funcs[f].body.reads() {
+                let g = g.index();
+                if state[g] == 1 {
+                    let start = path.iter().position(|&x| x == g).unwrap_or(0);
+                    cycles.push(path[start..].to_vec());
+                } else if state[g] == 0 {
+                    visit(p, g, state, path, cycles);
+                }
+            }
+            path.pop();
+            state[f] = 2;
+        }
+        let mut cycles = Vec::new();
+        for f in 0..n {
+            if state[f] == 0 {
+                visit(&self.prog, f, &mut state, &mut Vec::new(), &mut cycles);
+            }
+        }
+        for cyc in cycles {
+            if cyc.iter().any(|&f| reported[f]) {
+                continue;
+            }
+            cyc.iter().for_each(|&f| reported[f] = true);
+            let names: Vec<&str> = cyc.iter().chain([&cyc[0]]).map(|&f| self.prog.funcs[f].name.as_str()).collect();
+            let span = self.defs[cyc[0]].as_ref().map_or(self.prog.funcs[cyc[0]].span, |d| d.span);
+            let msg = format!("`{}` depends on itself", names[0]);
+            self.err(span, msg, format!("cycle: {}", names.join(" -> ")));
+        }
+        // Reads that would capture a reduction label of the Func read.
+        for f in 0..n {
+            for (g, labels) in self.prog.funcs[f].body.reads() {
+                let mut reduced = BTreeSet::new();
+                self.prog.func(g).body.walk(&mut |e| {
+                    if let Expr::Reduce { dim, .. } | Expr::Dot { dim, .. } = e {
+                        reduced.insert(*dim);
+                    }
+                });
+                if let Some(d) = labels.iter().find(|d| reduced.contains(d)) {
+                    let span = self.defs[f].as_ref().map_or(self.prog.funcs[f].span, |d| d.span);
+                    let msg = format!("`{}` is read under `{}`, which `{}` reduces over", self.prog.func(g).name, self.prog.dim_name(*d), self.prog.func(g).name);
+                    self.err(span, msg, "use another label for this read");
+                }
+            }
+        }
+    }
+
+    // ---- schedules ---------------------------------------------------------------------------
+
+    fn schedule(&mut self, file: &ast::File) {
+        let mut deferred: Vec<(FuncId, &Ident, &Vec<SchedArg>, Span)> = Vec::new();
+        for item in &file.items {
+            let Item::Sched { func, prim, args, span } = item else { continue };
+            let f = match self.lookup(&func.name) {
+                Some(Entity::Func(f)) => f,
+                Some(e) => {
+                    self.err(func.span, format!("`{}` is {}; only a Func has a schedule", func.name, Self::kind_word(e)), "schedule primitives apply to Funcs");
+                    continue;
+                }
+                None => {
+                    self.err(func.span, format!("`{}` is not a declared Func", func.name), "declare it with `Func` and define it");
+                    continue;
+                }
+            };
+            if self.defs[f.index()].is_none() {
+                self.err(func.span, format!("`{}` is scheduled but never defined", func.name), format!("define it: `{}[...] = ...;`", func.name));
+                continue;
+            }
+            match prim.name.as_str() {
+                "tensorize" | "map" | "fuse_at" => deferred.push((f, prim, args, *span)),
+                _ => self.primitive(f, prim, args, *span),
+            }
+        }
+        for (f, prim, args, span) in deferred {
+            self.primitive(f, prim, args, span);
+        }
+        self.check_schedules();
+    }
+
+    fn int_arg(&mut self, v: f64, span: Span, what: &str) -> Option<u64> {
+        if v.fract() != 0.0 || v < 0.0 || v > u32::MAX as f64 {
+            self.err(span, format!("{what} must be a whole number"), "for example 64");
+            return None;
+        }
+        Some(v as u64)
+    }
+
+    fn no_args(&mut self, prim: &Ident, args: &[SchedArg]) -> bool {
+        if let Some(a) = args.first() {
+            self.err(a.span(), format!("`{}` takes no arguments", prim.name), format!("write `{}()`", prim.name));
+            return false;
+        }
+        true
+    }
+
+    fn one_number(&mut self, prim: &Ident, args: &[SchedArg]) -> Option<(u64, Span)> {
+        match args {
+            [SchedArg::Number(v, s)] => Some((self.int_arg(*v, *s, &format!("the argument of `{}`", prim.name))?, *s)),
+            _ => {
+                self.err(prim.span, format!("`{}` takes one number", prim.name), format!("for example `{}(4)`", prim.name));
+                None
+            }
+        }
+    }
+
+    /// Dimensions that the computation of `f` loops over: its own, those it reduces, and those
+    /// of every Func it reads.
+    fn computed_dims(&self, f: FuncId) -> Vec<DimId> {
+        self.prog.kernel_dims(f)
+    }
+
+    fn primitive(&mut self, f: FuncId, prim: &Ident, args: &[SchedArg], span: Span) {
+        let fname = self.prog.func(f).name.clone();
+        let fdims = self.prog.func(f).dims.clone();
+        match prim.name.as_str() {
+            "compile" | "compile_to_kernel" => {
+                if self.no_args(prim, args) && !self.prog.funcs[f.index()].schedule.kernel {
+                    self.prog.funcs[f.index()].schedule.kernel = true;
+                    self.prog.kernels.push(f);
+                }
+            }
+            "num_warps" => {
+                if let Some((n, s)) = self.one_number(prim, args) {
+                    if !(1..=32).contains(&n) || !n.is_power_of_two() {
+                        self.err(s, format!("num_warps({n}) is not supported"), "use 1, 2, 4, 8, 16 or 32");
+                    } else {
+                        self.prog.funcs[f.index()].schedule.num_warps = n as u32;
+                    }
+                    self.sched_spans[f.index()].placement.push(span);
+                }
+            }
+            "num_stages" => {
+                if let Some((n, s)) = self.one_number(prim, args) {
+                    if !(1..=8).contains(&n) {
+                        self.err(s, format!("num_stages({n}) is not supported"), "the pipeline depth is 1 (no pipelining) to 8");
+                    } else {
+                        self.prog.funcs[f.index()].schedule.num_stages = n as u32;
+                    }
+                    self.sched_spans[f.index()].placement.push(span);
+                }
+            }
+            "dtypes" => {
+                let mut out = Vec::new();
+                for a in args {
+                    match a {
+                        SchedArg::Name(id) if DType::from_name(&id.name).is_some() => {
+                            let t = DType::from_name(&id.name).unwrap_or(DType::F32);
+                            if out.contains(&t) {
+                                self.err(id.span, format!("`{}` is listed twice", id.name), "list each element type once");
+                            }
+                            out.push(t);
+                        }
+                        other => self.err(other.span(), "unknown element type", "element types are f16, bf16 and f32"),
+                    }
+                }
+                if out.is_empty() {
+                    self.err(prim.span, "`dtypes` needs at least one element type", "for example `f.dtypes(f16, bf16, f32);`");
+                } else {
+                    self.prog.funcs[f.index()].schedule.dtypes = out;
+                    self.sched_spans[f.index()].dtypes = Some(span);
+                }
+            }
+            "block" | "bound" => {
+                let is_block = prim.name == "block";
+                if is_block && self.sched_spans[f.index()].block.is_some() {
+                    self.err(span, format!("`{fname}` is blocked twice"), "give all blocked dimensions in one `block(...)`");
+                    return;
+                }
+                let mut out: Vec<(DimId, u64)> = Vec::new();
+                for a in args {
+                    let SchedArg::Extent(id, v, s) = a else {
+                        self.err(a.span(), format!("`{}` takes `dimension:extent` pairs", prim.name), format!("for example `{}.{}(x:64)`", fname, prim.name));
+                        continue;
+                    };
+                    let Some(d) = self.dim(id, &fdims) else { continue };
+                    let Some(n) = self.int_arg(*v, *s, "an extent") else { continue };
+                    if is_block && !fdims.contains(&d) {
+                        if self.computed_dims(f).contains(&d) {
+                            self.err(id.span, format!("cannot block `{}`: `{fname}` reduces over it", id.name), "only dimensions of the result can be blocked; tensorize a reduction dimension instead");
+                        } else {
+                            self.err(id.span, format!("`{}` is not a dimension of `{fname}`", id.name), format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)));
+                        }
+                        continue;
+                    }
+                    if !is_block && !self.computed_dims(f).contains(&d) {
+                        self.err(id.span, format!("`{}` is not a dimension of `{fname}`", id.name), format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)));
+                        continue;
+                    }
+                    if n == 0 {
+                        self.err(*s, format!("a {} of 0 is not allowed", if is_block { "block extent" } else { "bound" }), "use a positive extent");
+                        continue;
+                    }
+                    if out.iter().any(|(x, _)| *x == d) {
+                        self.err(id.span, format!("`{}` is given twice", id.name), "name each dimension once");
+                        continue;
+                    }
+                    out.push((d, n));
+                }
+                let sched = &mut self.prog.funcs[f.index()].schedule;
+                if is_block {
+                    sched.block = out.into_iter().map(|(d, n)| (d, n as u32)).collect();
+                    self.sched_spans[f.index()].block = Some(span);
+                    self.sched_spans[f.index()].placement.push(span);
+                } else {
+                    sched.bounds.extend(out);
+                }
+            }
+            "tensorize" => {
+                let computed = self.computed_dims(f);
+                for a in args {
+                    let SchedArg::Extent(id, v, s) = a else {
+                        self.err(a.span(), "`tensorize` takes `dimension:extent` pairs", format!("for example `{fname}.tensorize(y:64)`"));
+                        continue;
+                    };
+                    let Some(d) = self.dim(id, &fdims) else { continue };
+                    let Some(n) = self.int_arg(*v, *s, "a tile extent") else { continue };
+                    if !computed.contains(&d) {
+                        self.err(id.span, format!("`{}` is not a dimension of `{fname}` or of anything it computes", id.name), format!("dimensions here are: {}", self.dims_named(&computed)));
+                        continue;
+                    }
+                    if n != 0 && !n.is_power_of_two() {
+                        self.err(*s, format!("tile extent {n} is not a power of two"), format!("use {} or {}", n.next_power_of_two() / 2, n.next_power_of_two()));
+                        continue;
+                    }
+                    if n > 1 << 20 {
+                        self.err(*s, format!("tile extent {n} is too large"), "tiles hold at most 2^20 elements per dimension");
+                        continue;
+                    }
+                    let sched = &mut self.prog.funcs[f.index()].schedule;
+                    if let Some(slot) = sched.tensorize.iter_mut().find(|(x, _)| *x == d) {
+                        slot.1 = n as u32;
+                    } else {
+                        sched.tensorize.push((d, n as u32));
+                    }
+                    self.sched_spans[f.index()].tensorize.push((d, n as u32, *s));
+                }
+            }
+            "map" => self.map(f, args, span),
+            "fuse_at" => self.fuse_at(f, args, span),
+            _ => self.err(prim.span, format!("unknown schedule primitive `{}`", prim.name), format!("primitives are: {PRIMITIVES}")),
+        }
+    }
+
+    fn map(&mut self, f: FuncId, args: &[SchedArg], span: Span) {
+        let fname = self.prog.func(f).name.clone();
+        self.sched_spans[f.index()].map = Some(span);
+        self.sched_spans[f.index()].placement.push(span);
+        if self.sched_spans[f.index()].block.is_none() {
+            self.err(span, format!("`map` on `{fname}` needs `block`"), format!("map orders blocks: add `{fname}.block(...)` first"));
+            return;
+        }
+        let blocked: Vec<DimId> = self.prog.func(f).schedule.block.iter().map(|(d, _)| *d).collect();
+        let mut entries = Vec::new();
+        let mut pending_inner: Vec<(String, DimId, u32, Span)> = Vec::new();
+        let mut seen = Vec::new();
+        for a in args {
+            match a {
+                SchedArg::Name(id) => {
+                    if let Some(pos) = pending_inner.iter().position(|(n, ..)| *n == id.name) {
+                        let (name, dim, factor, _) = pending_inner.remove(pos);
+                        entries.push(MapEntry::Inner { dim, factor, name });
+                        continue;
+                    }
+                    let Some(d) = self.dim(id, &blocked) else { continue };
+                    if !blocked.contains(&d) {
+                        self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), format!("blocked dimensions are: {}", self.dims_named(&blocked)));
+                        continue;
+                    }
+                    if seen.contains(&d) {
+                        self.err(id.span, format!("`{}` appears twice in `map`", id.name), "each blocked dimension once");
+                        continue;
+                    }
+                    seen.push(d);
+                    entries.push(MapEntry::Whole(d));
+                }
+                SchedArg::Split { dim, inner, factor, factor_span } => {
+                    let Some(d) = self.dim(dim, &blocked) else { continue };
+                    if !blocked.contains(&d) {
+                        self.err(dim.span, format!("`{}` is not a blocked dimension of `{fname}`", dim.name), format!("blocked dimensions are: {}", self.dims_named(&blocked)));
+                        continue;
+                    }
+                    let Some(n) = self.int_arg(*factor, *factor_span, "a split factor") else { continue };
+                    if n == 0 {
+                        self.err(*factor_span, "a split factor of 0 is not allowed", "use a positive factor such as 8");
+                        continue;
+                    }
+                    if seen.contains(&d) {
+                        self.err(dim.span, format!("`{}` appears twice in `map`", dim.name), "each blocked dimension once");
+                        continue;
+                    }
+                    if self.lookup(&inner.name).is_some() {
+                        self.err(inner.span, format!("`{}` is already declared", inner.name), "the inner part of a split needs a fresh name");
+                        continue;
+                    }
+                    seen.push(d);
+                    entries.push(MapEntry::Outer { dim: d, factor: n as u32 });
+                    pending_inner.push((inner.name.clone(), d, n as u32, inner.span));
+                }
+                other => self.err(other.span(), "`map` takes dimensions and splits", "for example `map(x:x1/8, y, x1)`"),
+            }
+        }
+        for (name, _, _, s) in pending_inner {
+            self.err(s, format!("the inner part `{name}` is never placed"), format!("list `{name}` after the split, e.g. `map(x:{name}/8, y, {name})`"));
+        }
+        for d in &blocked {
+            if !seen.contains(d) {
+                self.err(span, format!("`map` does not place blocked dimension `{}`", self.prog.dim_name(*d)), "list every blocked dimension once");
+            }
+        }
+        self.prog.funcs[f.index()].schedule.map = Some(entries);
+    }
+
+    fn fuse_at(&mut self, p: FuncId, args: &[SchedArg], span: Span) {
+        let pname = self.prog.func(p).name.clone();
+        let [SchedArg::Name(cid), SchedArg::Name(did)] = args else {
+            self.err(span, "`fuse_at` takes a consumer Func and one of its dimensions", format!("for example `{pname}.fuse_at(out, x)`"));
+            return;
+        };
+        let c = match self.lookup(&cid.name) {
+            Some(Entity::Func(c)) if self.defs[c.index()].is_some() => c,
+            _ => {
+                self.err(cid.span, format!("`{}` is not a defined Func", cid.name), "fuse_at places a producer inside a consumer Func");
+                return;
+            }
+        };
+        if self.sched_spans[p.index()].fuse_at.is_some() {
+            self.err(span, format!("`{pname}` is placed twice"), "a Func has one `fuse_at`");
+            return;
+        }
+        if !self.prog.producers(c).contains(&p) {
+            self.err(cid.span, format!("`{}` does not consume `{pname}`", cid.name), format!("`{pname}` can only be fused into a Func that reads it"));
+            return;
+        }
+        let cdims = self.prog.func(c).dims.clone();
+        let Some(d) = self.dim(did, &cdims) else { return };
+        let Some(level) = cdims.iter().position(|x| *x == d) else {
+            self.err(did.span, format!("`{}` is not a dimension of `{}`", did.name, cid.name), format!("dimensions of `{}` are: {}", cid.name, self.dims_named(&cdims)));
+            return;
+        };
+        let outer = &cdims[..=level];
+        for (g, labels) in expanded_reads(&self.prog, c) {
+            if g != p {
+                continue;
+            }
+            if let Some(bad) = labels.iter().find(|l| !outer.contains(l)) {
+                self.err(
+                    did.span,
+                    format!("`{pname}` cannot be computed at `{}`: it is read at `{}`, an inner loop", did.name, self.prog.dim_name(*bad)),
+                    format!("`{pname}` is read at [{}]; fuse it at the innermost of these in `{}`", self.dims_named(&labels), cid.name),
+                );
+                return;
+            }
+        }
+        self.sched_spans[p.index()].fuse_at = Some(span);
+        self.prog.funcs[p.index()].schedule.fuse_at = Some((c, d));
+    }
+
+    /// Checks that need every primitive: placement rules, kernel-only primitives, `:0` extents.
+    fn check_schedules(&mut self) {
+        for i in 0..self.prog.funcs.len() {
+            let f = FuncId(i as u32);
+            let spans = self.sched_spans[i].clone();
+            let sched = self.prog.funcs[i].schedule.clone();
+            let name = self.prog.funcs[i].name.clone();
+            if !sched.kernel {
+                for s in spans.placement.iter().chain(spans.dtypes.iter()) {
+                    self.err(*s, format!("`{name}` is not a kernel"), format!("this primitive applies to kernels: add `{name}.compile();`, or schedule the kernel that computes `{name}`"));
+                }
+            }
+            if sched.kernel && sched.fuse_at.is_some() {
+                if let Some(s) = spans.fuse_at {
+                    self.err(s, format!("`{name}` is a kernel and cannot be fused"), "a Func is either compiled or placed inside another");
+                }
+            }
+            if let Some((c, _)) = sched.fuse_at {
+                if !self.prog.func(c).schedule.kernel {
+                    if let Some(s) = spans.fuse_at {
+                        let cname = self.prog.func(c).name.clone();
+                        self.err(s, format!("`{cname}` is not a kernel"), format!("fuse producers into a kernel: add `{cname}.compile();`"));
+                    }
+                }
+            }
+            for (d, n, s) in &spans.tensorize {
+                let block = self.kernel_block_extent(f, *d);
+                match (block, *n) {
+                    (Some(b), n) if n > 0 && b % n != 0 => {
+                        let dn = self.prog.dim_name(*d).to_string();
+                        self.err(*s, format!("tile extent {n} does not divide the block extent {b} of `{dn}`"), format!("a block extent must be a multiple of its tile extent; try {}", largest_pow2_divisor(b).min(n)));
+                    }
+                    (None, 0) if self.bound_of(f, *d).is_none() => {
+                        let dn = self.prog.dim_name(*d).to_string();
+                        let kname = self.prog.funcs[self.kernel_of(f).index()].name.clone();
+                        self.err(*s, format!("`{dn}:0` needs an extent: `{dn}` is not blocked"), format!("add a bound such as `{kname}.bound({dn}:4096)`, or block `{dn}`"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Reductions read by a kernel must be placed in that kernel; kernels do not read kernels.
+        for k in self.prog.kernels.clone() {
+            for g in self.prog.producers(k) {
+                let func = self.prog.func(g).clone();
+                let kname = self.prog.func(k).name.clone();
+                if func.schedule.kernel {
+                    self.err(func.span, format!("kernel `{}` is read by kernel `{kname}`", func.name), "a kernel cannot read another kernel's output; remove `compile()` from one of them");
+                    continue;
+                }
+                match func.schedule.fuse_at {
+                    Some((c, _)) if c != k && !self.prog.func(c).schedule.kernel => {}
+                    Some((c, _)) if c != k => {
+                        let cname = self.prog.func(c).name.clone();
+                        self.err(func.span, format!("`{}` is read by kernel `{kname}` but placed in `{cname}`", func.name), format!("place it in `{kname}` or do not read it there"));
+                    }
+                    Some(_) => {}
+                    // A reduction read inside a reduction over one of its dimensions is inlined:
+                    // computed per chunk of that loop. Read only at the kernel's own loops, it
+                    // must be placed.
+                    None if func.body.has_reduction() && reads_only_at_loops(&self.prog, k, g) => {
+                        let d = self.prog.func(k).dims.last().map(|d| self.prog.dim_name(*d).to_string()).unwrap_or_default();
+                        self.err(func.span, format!("`{}` computes a reduction and is never placed", func.name), format!("place it inside the kernel that reads it, e.g. `{}.fuse_at({kname}, {d});`", func.name));
+                    }
+                    None => {}
+                }
+            }
+        }
+        if self.prog.kernels.is_empty() {
+            let span = self.prog.funcs.first().map_or(Span::default(), |f| f.span);
+            self.err(span, "no kernel in this file", "mark the Func to compute with `f.compile();`");
+        }
+    }
+
+    /// The kernel that computes `f`: itself, or the consumer it is fused into.
+    fn kernel_of(&self, f: FuncId) -> FuncId {
+        let mut cur = f;
+        for _ in 0..self.prog.funcs.len() {
+            match self.prog.func(cur).schedule.fuse_at {
+                Some((c, _)) => cur = c,
+                None => break,
+            }
+        }
+        cur
+    }
+
+    fn kernel_block_extent(&self, f: FuncId, d: DimId) -> Option<u32> {
+        self.prog.func(self.kernel_of(f)).schedule.block_extent(d)
+    }
+
+    fn bound_of(&self, f: FuncId, d: DimId) -> Option<u64> {
+        self.prog.func(f).schedule.bound(d).or_else(|| self.prog.func(self.kernel_of(f)).schedule.bound(d))
+    }
+}
+
+/// Whether every read of `g` while computing kernel `k` is at labels that are `k`'s dimensions.
+fn reads_only_at_loops(p: &Program, k: FuncId, g: FuncId) -> bool {
+    let kdims = &p.func(k).dims;
+    expanded_reads(p, k).iter().filter(|(f, _)| *f == g).all(|(_, labels)| labels.iter().all(|l| kdims.contains(l)))
+}
+
+fn largest_pow2_divisor(b: u32) -> u32 {
+    1 << b.trailing_zeros()
+}
+
+/// Every Func read while computing `c`, with the labels it is read under as seen from `c`
+/// (reads through other Funcs are followed and renamed).
+pub fn expanded_reads(p: &Program, c: FuncId) -> Vec<(FuncId, Vec<DimId>)> {
+    fn go(p: &Program, e: &Expr, out: &mut Vec<(FuncId, Vec<DimId>)>, budget: &mut usize) {
+        for (g, labels) in e.reads() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            if !out.contains(&(g, labels.clone())) {
+                out.push((g, labels.clone()));
+            }
+            go(p, &p.renamed_body(g, &labels), out, budget);
+        }
+    }
+    let mut out = Vec::new();
+    let mut budget = 10_000;
+    go(p, &p.func(c).body, &mut out, &mut budget);
+    out
+}

@@ -1,0 +1,66 @@
+//! The schedule of a Func as plain data: how it is computed, apart from what it computes.
+//!
+//! Built and validated by [`crate::check`]; read by the lowering.
+
+use crate::algo::{DimId, FuncId};
+use crate::dtype::DType;
+
+/// One entry of `map(...)`: program ids are assigned to blocks in the order of these entries,
+/// outermost first, the last fastest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapEntry {
+    /// All blocks of a blocked dimension.
+    Whole(DimId),
+    /// `x:x1/8`: the outer part of `x`, in groups of `factor` blocks.
+    Outer { dim: DimId, factor: u32 },
+    /// `x1` of `x:x1/8`: the block within its group of `factor`.
+    Inner { dim: DimId, factor: u32, name: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    /// `block(x:4, y:64)`: the extent of each blocked dimension per program.
+    pub block: Vec<(DimId, u32)>,
+    /// `tensorize(y:64, k:32)`: tile extents; 0 means the whole extent within the block.
+    pub tensorize: Vec<(DimId, u32)>,
+    pub map: Option<Vec<MapEntry>>,
+    /// `fuse_at(c, d)`: computed inside consumer `c` at its loop over `d`.
+    pub fuse_at: Option<(FuncId, DimId)>,
+    pub num_warps: u32,
+    pub num_stages: u32,
+    /// Marked with `compile()`: a kernel entry point.
+    pub kernel: bool,
+    /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
+    pub dtypes: Vec<DType>,
+    /// `bound(y:4096)`: the largest size a dimension may have at run time, which gives `y:0`
+    /// tiles on dimensions that are not blocked an extent.
+    pub bounds: Vec<(DimId, u64)>,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            block: Vec::new(),
+            tensorize: Vec::new(),
+            map: None,
+            fuse_at: None,
+            num_warps: 4,
+            num_stages: 1,
+            kernel: false,
+            dtypes: vec![DType::F32],
+            bounds: Vec::new(),
+        }
+    }
+}
+
+impl Schedule {
+    pub fn block_extent(&self, d: DimId) -> Option<u32> {
+        self.block.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+    }
+    pub fn tile_extent(&self, d: DimId) -> Option<u32> {
+        self.tensorize.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+    }
+    pub fn bound(&self, d: DimId) -> Option<u64> {
+        self.bounds.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+    }
+}
