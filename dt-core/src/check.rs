@@ -39,8 +39,10 @@ pub fn check(file: &ast::File, diags: &mut Vec<Diagnostic>) -> Option<Program> {
     let mut cx = Checker { prog: Program::default(), names: HashMap::new(), diags, defs: Vec::new(), sched_spans: Vec::new() };
     cx.declare(file);
     cx.define(file);
-    cx.check_cycles();
-    cx.schedule(file);
+    // Schedules are checked on acyclic programs only: their rules follow reads transitively.
+    if cx.check_cycles() {
+        cx.schedule(file);
+    }
     if cx.diags.len() > errors_before {
         return None;
     }
@@ -470,7 +472,8 @@ impl<'a, 'd> Checker<'a, 'd> {
         }
     }
 
-    fn check_cycles(&mut self) {
+    /// Reports Funcs that depend on themselves; returns whether there were none.
+    fn check_cycles(&mut self) -> bool {
         // Colour-marking depth-first search over Func reads.
         let n = self.prog.funcs.len();
         let mut state = vec![0u8; n];
@@ -522,6 +525,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
         }
+        !reported.contains(&true)
     }
 
     // ---- schedules ---------------------------------------------------------------------------

@@ -47,6 +47,37 @@ enum Command {
     Check { files: Vec<PathBuf> },
     /// Run the reference evaluator (the meaning of the spec) on .npy inputs.
     Eval(RunArgs),
+    /// Print what the compiler makes of a spec.
+    Emit {
+        file: PathBuf,
+        /// The kernel (default: every kernel of the file).
+        #[arg(long)]
+        kernel: Option<String>,
+        #[arg(long, value_enum)]
+        target: Target,
+        /// Write here instead of standard output.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
+    /// Run a kernel on .npy inputs through a backend.
+    Run {
+        #[arg(long, value_enum)]
+        backend: Backend,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Target {
+    /// The kernel IR, in its readable text form.
+    Kir,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Backend {
+    /// The kernel-IR interpreter.
+    Interp,
 }
 
 fn main() -> ExitCode {
@@ -54,6 +85,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { files } => check(&files),
         Command::Eval(args) => eval(&args),
+        Command::Emit { file, kernel, target, output } => emit(&file, kernel.as_deref(), target, output.as_deref()),
+        Command::Run { backend, args } => run(backend, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -145,5 +178,45 @@ fn prepare(a: &RunArgs) -> Result<Prepared, String> {
 fn eval(a: &RunArgs) -> Result<(), String> {
     let p = prepare(a)?;
     let out: Tensor = dt_core::eval::evaluate(&p.program, p.kernel, &p.args, p.dtype).map_err(|e| format!("dtc eval: {e}"))?;
+    npy::write(&a.output, &out, p.dtype)
+}
+
+fn kernels_to_emit(p: &Program, name: Option<&str>, file: &Path) -> Result<Vec<FuncId>, String> {
+    match name {
+        Some(_) => Ok(vec![pick_kernel(p, name, file)?]),
+        None => Ok(p.kernels.clone()),
+    }
+}
+
+fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>) -> Result<(), String> {
+    let p = load(file)?;
+    let mut text = String::new();
+    for k in kernels_to_emit(&p, kernel, file)? {
+        let kir = dt_core::lower::lower(&p, k).map_err(|e| format!("{}: error: {e}", file.display()))?;
+        match target {
+            Target::Kir => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text += &dt_core::kir::print(&kir);
+            }
+        }
+    }
+    match output {
+        Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display())),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
+    let p = prepare(a)?;
+    let kir = dt_core::lower::lower(&p.program, p.kernel).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+    let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
+    let out = match backend {
+        Backend::Interp => dt_core::interp::run(&kir, &bound, p.dtype, Default::default()),
+    };
     npy::write(&a.output, &out, p.dtype)
 }

@@ -1,0 +1,347 @@
+//! The kernel IR: one program instance's work, as tiles, loops, masks and stores.
+//!
+//! A [`Kernel`] is launched as a 1-D grid of programs; each program finds its block coordinates
+//! by unravelling its id through the [`Grid`], then runs [`Kernel::body`]. Values are tiles: a
+//! [`Shape`] (an ordered list of dimensions with their tile extents), an element type of f32, and
+//! a [`Layout`] for the GPU emitters. A tile over dimension `d` always sits at the offset of the
+//! innermost enclosing [`Loop`] over `d`; lane `l` along `d` is valid when that offset plus `l` is
+//! below the size of `d`. Loads fill invalid lanes with 0, stores skip them, and reductions see
+//! them only after a [`Op::MaskFill`] with the reduction's identity.
+//!
+//! Architecture Invariant: every value is defined (by [`Stmt::Let`]) before use in the same or an
+//! enclosing statement list; every dimension of a value's shape has an enclosing loop; operand
+//! shapes of element-wise ops are subsets of the result shape (broadcast by name).
+
+use crate::algo::{BinOp, DimId, RedOp, UnOp};
+use crate::dtype::DType;
+use crate::schedule::MapEntry;
+use std::fmt::Write;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+/// Dimensions of a tile with their extents, in the kernel's dimension order.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Shape(pub Vec<(DimId, u32)>);
+
+impl Shape {
+    pub fn elements(&self) -> usize {
+        self.0.iter().map(|(_, n)| *n as usize).product()
+    }
+    pub fn extent(&self, d: DimId) -> Option<u32> {
+        self.0.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+    }
+    pub fn dims(&self) -> impl Iterator<Item = DimId> + '_ {
+        self.0.iter().map(|(d, _)| *d)
+    }
+    /// Row-major stride of dimension `d` within this tile, or 0 when the tile does not have it
+    /// (so that broadcasting is indexing with stride 0).
+    pub fn stride(&self, d: DimId) -> usize {
+        match self.0.iter().position(|(x, _)| *x == d) {
+            Some(i) => self.0[i + 1..].iter().map(|(_, n)| *n as usize).product(),
+            None => 0,
+        }
+    }
+}
+
+/// How a tile is spread over the threads of a program (read by the GPU emitters only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Element-wise and reduction work: the last dimension across lanes, vectorized.
+    Blocked,
+    /// Operand A (rows x contraction) of a tensor-core dot.
+    DotA,
+    /// Operand B (contraction x columns) of a tensor-core dot.
+    DotB,
+    /// Accumulator of a tensor-core dot.
+    DotAcc,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    pub shape: Shape,
+    pub layout: Layout,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Const(f32),
+    /// Scalar argument number `n` of the kernel.
+    Scalar(usize),
+    /// The index of each lane along a dimension (offset + lane).
+    Index(DimId),
+    /// The size of a dimension.
+    Len(DimId),
+    /// Input number `input`, its axis `i` indexed along dimension `axes[i]`, read at the tile's
+    /// offsets; invalid lanes read 0.
+    Load { input: usize, axes: Vec<DimId> },
+    Unary(UnOp, ValueId),
+    Binary(BinOp, ValueId, ValueId),
+    Select(ValueId, ValueId, ValueId),
+    /// `value` with the invalid lanes along `dim` replaced by `fill`.
+    MaskFill { value: ValueId, dim: DimId, fill: f32 },
+    /// Combines the lanes of `value` along `dim`.
+    Reduce { op: RedOp, value: ValueId, dim: DimId },
+    /// Contraction of `a` and `b` over `dim`.
+    Dot { a: ValueId, b: ValueId, dim: DimId },
+    /// The current value of an accumulator.
+    Var(VarId),
+}
+
+/// How [`Stmt::Update`] changes an accumulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    Reduce(RedOp),
+    Set,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopKind {
+    /// Over the tiles of a blocked dimension within this program's block.
+    Block,
+    /// Over the whole extent of a dimension the program covers whole.
+    Whole,
+    /// Over chunks of a reduction.
+    Reduction,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loop {
+    pub dim: DimId,
+    pub kind: LoopKind,
+    /// Tile extent: the loop advances by this much.
+    pub step: u32,
+    /// Software pipeline depth for the loads in this loop (1: none).
+    pub stages: u32,
+    /// The schedule primitives that made this loop.
+    pub origin: String,
+    pub body: Vec<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Let { value: ValueId, op: Op },
+    /// Sets every lane of an accumulator to `value`.
+    Init { var: VarId, value: f32, origin: String },
+    Update { var: VarId, combine: Combine, value: ValueId },
+    Loop(Loop),
+    /// Writes `value`, broadcast to the output tile `tile`, to the output, masked.
+    Store { value: ValueId, tile: Shape },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorParam {
+    pub name: String,
+    /// The dimension of each axis.
+    pub dims: Vec<DimId>,
+}
+
+/// The launch grid: blocked dimensions and the order in which program ids visit their blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    /// Each blocked dimension with its block extent.
+    pub blocked: Vec<(DimId, u32)>,
+    /// Outermost first; the last entry varies fastest with the program id.
+    pub order: Vec<MapEntry>,
+    /// The schedule primitives behind the grid.
+    pub origin: String,
+}
+
+impl Grid {
+    pub fn block_extent(&self, d: DimId) -> Option<u32> {
+        self.blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b)
+    }
+
+    /// Number of blocks of each order entry, given the dimension sizes (indexed by DimId).
+    pub fn counts(&self, sizes: &[usize]) -> Vec<usize> {
+        let nblocks = |d: DimId| sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize);
+        self.order
+            .iter()
+            .map(|e| match e {
+                MapEntry::Whole(d) => nblocks(*d),
+                MapEntry::Outer { dim, factor } => nblocks(*dim).div_ceil(*factor as usize),
+                MapEntry::Inner { factor, .. } => *factor as usize,
+            })
+            .collect()
+    }
+
+    /// Number of programs to launch.
+    pub fn programs(&self, sizes: &[usize]) -> usize {
+        self.counts(sizes).iter().product()
+    }
+
+    /// The block index of each blocked dimension for program `pid`, or `None` when the program
+    /// falls past the end (a short last group of a split).
+    pub fn unravel(&self, pid: usize, sizes: &[usize]) -> Option<Vec<(DimId, usize)>> {
+        let counts = self.counts(sizes);
+        let mut rest = pid;
+        let mut coords = vec![0usize; self.order.len()];
+        for i in (0..self.order.len()).rev() {
+            coords[i] = rest % counts[i].max(1);
+            rest /= counts[i].max(1);
+        }
+        let mut out: Vec<(DimId, usize)> = Vec::new();
+        for (i, e) in self.order.iter().enumerate() {
+            match e {
+                MapEntry::Whole(d) => out.push((*d, coords[i])),
+                MapEntry::Outer { dim, factor } => out.push((*dim, coords[i] * *factor as usize)),
+                MapEntry::Inner { dim, .. } => {
+                    if let Some(slot) = out.iter_mut().find(|(d, _)| d == dim) {
+                        slot.1 += coords[i];
+                    }
+                }
+            }
+        }
+        for (d, b) in &out {
+            if *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
+                return None;
+            }
+        }
+        Some(out)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub inputs: Vec<TensorParam>,
+    pub scalars: Vec<String>,
+    pub output: TensorParam,
+    /// Every dimension whose size is an argument, with its name, in argument order.
+    pub dims: Vec<(DimId, String)>,
+    /// Largest allowed size of bounded dimensions (`bound`), checked at launch.
+    pub bounds: Vec<(DimId, u64)>,
+    pub dtypes: Vec<DType>,
+    pub grid: Grid,
+    pub num_warps: u32,
+    pub num_stages: u32,
+    pub values: Vec<Value>,
+    pub vars: Vec<Shape>,
+    pub body: Vec<Stmt>,
+}
+
+impl Kernel {
+    pub fn value(&self, v: ValueId) -> &Value {
+        &self.values[v.0 as usize]
+    }
+    pub fn var(&self, v: VarId) -> &Shape {
+        &self.vars[v.0 as usize]
+    }
+    pub fn dim_name(&self, d: DimId) -> &str {
+        self.dims.iter().find(|(x, _)| *x == d).map_or("?", |(_, n)| n.as_str())
+    }
+    /// Position of dimension `d` among the size arguments.
+    pub fn dim_slot(&self, d: DimId) -> usize {
+        self.dims.iter().position(|(x, _)| *x == d).expect("dimension is a kernel argument")
+    }
+    /// Largest number of elements of any tile: what a program holds at once per value.
+    pub fn max_tile_elements(&self) -> usize {
+        self.values.iter().map(|v| v.shape.elements()).chain(self.vars.iter().map(|s| s.elements())).max().unwrap_or(1)
+    }
+}
+
+// ---- text form -------------------------------------------------------------------------------
+
+/// Prints a kernel in the readable form of `dtc emit --target kir`.
+pub fn print(k: &Kernel) -> String {
+    let mut out = String::new();
+    let tensor = |t: &TensorParam| format!("{}[{}]", t.name, t.dims.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", "));
+    let ins: Vec<String> = k.inputs.iter().map(tensor).chain(k.scalars.iter().map(|s| format!("{s}: f32"))).collect();
+    let _ = writeln!(out, "kernel {}({}) -> {}", k.name, ins.join(", "), tensor(&k.output));
+    let _ = writeln!(out, "  dtypes {}", k.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(out, "  sizes  {}", k.dims.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(", "));
+    for (d, b) in &k.bounds {
+        let _ = writeln!(out, "  bound  {} <= {b}", k.dim_name(*d));
+    }
+    let order: Vec<String> = k
+        .grid
+        .order
+        .iter()
+        .map(|e| match e {
+            MapEntry::Whole(d) => format!("{}/{}", k.dim_name(*d), k.grid.block_extent(*d).unwrap_or(1)),
+            MapEntry::Outer { dim, factor } => format!("{}/{}:outer/{factor}", k.dim_name(*dim), k.grid.block_extent(*dim).unwrap_or(1)),
+            MapEntry::Inner { dim, factor, name } => format!("{name}={}:inner/{factor}", k.dim_name(*dim)),
+        })
+        .collect();
+    let _ = writeln!(out, "  grid   [{}]{}", order.join(", "), comment(&k.grid.origin));
+    let _ = writeln!(out, "  block  {} threads{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
+    let _ = writeln!(out, "  program:");
+    print_stmts(k, &k.body, 2, &mut out);
+    out
+}
+
+fn comment(s: &str) -> String {
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!("    # {s}")
+    }
+}
+
+fn shape_text(k: &Kernel, s: &Shape) -> String {
+    format!("[{}]", s.0.iter().map(|(d, n)| format!("{}:{n}", k.dim_name(*d))).collect::<Vec<_>>().join(", "))
+}
+
+fn layout_text(l: Layout) -> &'static str {
+    match l {
+        Layout::Blocked => "blocked",
+        Layout::DotA => "dot_a",
+        Layout::DotB => "dot_b",
+        Layout::DotAcc => "dot_acc",
+    }
+}
+
+fn op_text(k: &Kernel, op: &Op) -> String {
+    let v = |v: &ValueId| format!("%{}", v.0);
+    match op {
+        Op::Const(c) => format!("const {c}"),
+        Op::Scalar(i) => format!("scalar {}", k.scalars[*i]),
+        Op::Index(d) => format!("index {}", k.dim_name(*d)),
+        Op::Len(d) => format!("len {}", k.dim_name(*d)),
+        Op::Load { input, axes } => format!("load {}[{}] masked else 0", k.inputs[*input].name, axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", ")),
+        Op::Unary(u, a) => format!("{} {}", u.name(), v(a)),
+        Op::Binary(b, x, y) => format!("{} {}, {}", b.name(), v(x), v(y)),
+        Op::Select(c, x, y) => format!("select {}, {}, {}", v(c), v(x), v(y)),
+        Op::MaskFill { value, dim, fill } => format!("mask {} along {} else {fill}", v(value), k.dim_name(*dim)),
+        Op::Reduce { op, value, dim } => format!("{} {} over {}", op.name(), v(value), k.dim_name(*dim)),
+        Op::Dot { a, b, dim } => format!("dot {}, {} over {}", v(a), v(b), k.dim_name(*dim)),
+        Op::Var(var) => format!("read $acc{}", var.0),
+    }
+}
+
+fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
+    let pad = "  ".repeat(depth);
+    for s in stmts {
+        match s {
+            Stmt::Let { value, op } => {
+                let val = k.value(*value);
+                let _ = writeln!(out, "{pad}%{} : f32{} @{} = {}", value.0, shape_text(k, &val.shape), layout_text(val.layout), op_text(k, op));
+            }
+            Stmt::Init { var, value, origin } => {
+                let _ = writeln!(out, "{pad}$acc{} : f32{} = {value}{}", var.0, shape_text(k, k.var(*var)), comment(origin));
+            }
+            Stmt::Update { var, combine, value } => {
+                let how = match combine {
+                    Combine::Reduce(op) => op.name().trim_start_matches('r').to_string(),
+                    Combine::Set => "set".into(),
+                };
+                let _ = writeln!(out, "{pad}$acc{} = {how}($acc{}, %{})", var.0, var.0, value.0);
+            }
+            Stmt::Loop(l) => {
+                let kind = match l.kind {
+                    LoopKind::Block => "in block",
+                    LoopKind::Whole => "whole",
+                    LoopKind::Reduction => "reduce",
+                };
+                let stages = if l.stages > 1 { format!(", pipelined {}", l.stages) } else { String::new() };
+                let _ = writeln!(out, "{pad}for {} step {} ({kind}{stages}):{}", k.dim_name(l.dim), l.step, comment(&l.origin));
+                print_stmts(k, &l.body, depth + 1, out);
+            }
+            Stmt::Store { value, tile } => {
+                let _ = writeln!(out, "{pad}store {}{} = %{} masked", k.output.name, shape_text(k, tile), value.0);
+            }
+        }
+    }
+}

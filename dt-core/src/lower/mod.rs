@@ -1,0 +1,86 @@
+//! Lowering: algorithm IR + schedule -> kernel IR. The passes, in order:
+//!
+//! 1. [`grid::build_grid`]: `block` and `map` become the launch grid.
+//! 2. [`nest::build_body`]: the loop nest of one program: loops from `block` and `tensorize`,
+//!    fused producers at their `fuse_at` level, reductions as masked chunk loops, the store.
+//! 3. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//!
+//! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
+
+mod grid;
+mod layout;
+mod nest;
+
+use crate::algo::{FuncId, Program};
+use crate::kir::{self, Kernel, TensorParam};
+use std::fmt;
+
+/// A schedule the lowering cannot realize (beyond what the checker rejects).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LowerError(pub String);
+
+impl fmt::Display for LowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LowerError {}
+
+/// Most elements any one tile may hold.
+pub const MAX_TILE_ELEMENTS: usize = 1 << 20;
+
+/// Lowers kernel `k` of a checked program.
+pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
+    let f = p.func(k);
+    let param = |i: &crate::algo::InputId| TensorParam { name: p.input(*i).name.clone(), dims: p.input(*i).dims().to_vec() };
+    let mut kernel = Kernel {
+        name: f.name.clone(),
+        inputs: p.kernel_inputs(k).iter().map(param).collect(),
+        scalars: p.kernel_scalars(k).iter().map(|s| p.scalars[s.index()].name.clone()).collect(),
+        output: TensorParam { name: f.name.clone(), dims: f.dims.clone() },
+        dims: p.kernel_dims(k).into_iter().map(|d| (d, p.dim_name(d).to_string())).collect(),
+        bounds: bounds(p, k),
+        dtypes: f.schedule.dtypes.clone(),
+        grid: grid::build_grid(p, k),
+        num_warps: f.schedule.num_warps,
+        num_stages: f.schedule.num_stages,
+        values: Vec::new(),
+        vars: Vec::new(),
+        body: Vec::new(),
+    };
+    log("grid", &kernel);
+    nest::build_body(p, k, &mut kernel)?;
+    log("nest", &kernel);
+    layout::assign_layouts(&mut kernel);
+    log("layout", &kernel);
+    if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
+        return Err(LowerError(format!("kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported", kernel.name, kernel.max_tile_elements())));
+    }
+    Ok(kernel)
+}
+
+/// Lowers every kernel of a program.
+pub fn lower_all(p: &Program) -> Result<Vec<Kernel>, LowerError> {
+    p.kernels.iter().map(|k| lower(p, *k)).collect()
+}
+
+/// Bounds from the kernel's schedule and those of the Funcs fused into it.
+fn bounds(p: &Program, k: FuncId) -> Vec<(crate::algo::DimId, u64)> {
+    let mut out: Vec<(crate::algo::DimId, u64)> = Vec::new();
+    for f in std::iter::once(k).chain(p.producers(k)) {
+        for (d, n) in &p.func(f).schedule.bounds {
+            match out.iter_mut().find(|(x, _)| x == d) {
+                Some(slot) => slot.1 = slot.1.min(*n),
+                None => out.push((*d, *n)),
+            }
+        }
+    }
+    out
+}
+
+fn log(pass: &str, k: &Kernel) {
+    if std::env::var_os("DT_PRINT_KIR").is_some() {
+        eprintln!("---- kernel IR after {pass} ----\n{}", kir::print(k));
+    }
+}
