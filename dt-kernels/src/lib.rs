@@ -1,1 +1,3 @@
+//! Typed Rust library of DT kernels.
 
+pub mod reference;
