@@ -1,4 +1,7 @@
-//! DT code generation: the emitters (CPU C, CUDA C, HIP C) from the kernel IR, and the pieces the
-//! `dtc` command-line compiler shares with build scripts.
+//! DT code generation: the emitters (CPU C, CUDA C, HIP C) from the kernel IR, the argument
+//! block they share, and the pieces the `dtc` command-line compiler shares with build scripts.
 
+pub mod abi;
+pub mod emit;
+pub mod host;
 pub mod npy;

@@ -1,0 +1,351 @@
+//! The CPU C emitter: one C function per kernel and element type, `void SYMBOL(const dt_args*)`,
+//! that runs every program of the grid in turn. Tiles are arrays (in one heap arena per call);
+//! each tile operation is a loop nest over the tile's lanes; masks compare offset + lane with the
+//! dimension's size. Compiles warning-free with `-O2 -Wall -Wextra` under gcc and clang.
+
+use super::expr::{binary, combine, float_lit, unary};
+use super::{check_abi, EmitError};
+use crate::abi;
+use dt_core::algo::DimId;
+use dt_core::kir::*;
+use dt_core::schedule::MapEntry;
+use dt_core::DType;
+use std::fmt::Write;
+
+/// The runtime every generated CPU file starts with.
+pub const RUNTIME: &str = include_str!("../runtime/dt_cpu.h");
+
+/// A whole C file: the runtime, the argument block, and one function per (kernel, dtype, symbol).
+pub fn emit_file(header: &str, kernels: &[(&Kernel, DType, String)]) -> Result<String, EmitError> {
+    let mut out = String::new();
+    for line in header.lines() {
+        let _ = writeln!(out, "/* {line} */");
+    }
+    out += RUNTIME;
+    out += "\n";
+    out += abi::C_DECL;
+    for (k, dtype, symbol) in kernels {
+        out += "\n";
+        out += &emit_kernel(k, *dtype, symbol)?;
+    }
+    Ok(out)
+}
+
+fn c_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 => "dt_f16",
+        DType::BF16 => "dt_bf16",
+    }
+}
+
+/// One kernel for one element type, as a C function named `symbol`.
+pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, EmitError> {
+    check_abi(k)?;
+    let mut e = Emitter { k, dtype, out: String::new(), depth: 1, offsets: Vec::new(), next: 0, slots: Vec::new(), var_slots: Vec::new() };
+    let mut arena = 0usize;
+    for v in &k.values {
+        e.slots.push(arena);
+        arena += v.shape.elements();
+    }
+    for s in &k.vars {
+        e.var_slots.push(arena);
+        arena += s.elements();
+    }
+    let t = c_type(dtype);
+    let _ = writeln!(e.out, "/* kernel {} for {}: grid {} */", k.name, dtype, k.grid.origin);
+    let _ = writeln!(e.out, "void {symbol}(const dt_args* args) {{");
+    for (slot, (_, name)) in k.dims.iter().enumerate() {
+        e.line(&format!("const long long s{slot} = args->sizes[{slot}]; /* size of {name} */"));
+    }
+    for (i, input) in k.inputs.iter().enumerate() {
+        e.line(&format!("const {t}* in{i} = (const {t}*)(uintptr_t)args->inputs[{i}]; /* {} */", input.name));
+    }
+    e.line(&format!("{t}* out = ({t}*)(uintptr_t)args->output; /* {} */", k.output.name));
+    e.line(&format!("float* arena = (float*)malloc(sizeof(float) * {arena});"));
+    e.line("if (!arena) return;");
+    // Program ids: unravel through the grid's order, the last entry fastest.
+    let counts: Vec<String> = k
+        .grid
+        .order
+        .iter()
+        .map(|m| match m {
+            MapEntry::Whole(d) => e.nblocks(*d),
+            MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", e.nblocks(*dim)),
+            MapEntry::Inner { factor, .. } => factor.to_string(),
+        })
+        .collect();
+    let programs = if counts.is_empty() { "1".to_string() } else { counts.iter().map(|c| format!("({c})")).collect::<Vec<_>>().join(" * ") };
+    e.line(&format!("const long long programs = {programs};"));
+    e.line("for (long long pid = 0; pid < programs; pid++) {");
+    e.depth += 1;
+    e.line("long long rest = pid;");
+    e.line("(void)rest;");
+    for (i, (m, c)) in k.grid.order.iter().zip(&counts).enumerate().rev() {
+        e.line(&format!("const long long g{i} = rest % ({c}); rest /= ({c});"));
+        let _ = m;
+    }
+    for (d, _) in &k.grid.blocked {
+        let mut parts = Vec::new();
+        for (i, m) in k.grid.order.iter().enumerate() {
+            match m {
+                MapEntry::Whole(x) if x == d => parts.push(format!("g{i}")),
+                MapEntry::Outer { dim, factor } if dim == d => parts.push(format!("g{i} * {factor}")),
+                MapEntry::Inner { dim, .. } if dim == d => parts.push(format!("g{i}")),
+                _ => {}
+            }
+        }
+        let slot = k.dim_slot(*d);
+        e.line(&format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
+        e.line(&format!("if (b{slot} >= {}) continue; /* past the end of a short group */", e.nblocks(*d)));
+    }
+    e.stmts(&k.body)?;
+    e.depth -= 1;
+    e.line("}");
+    e.line("free(arena);");
+    e.out += "}\n";
+    Ok(e.out)
+}
+
+struct Emitter<'a> {
+    k: &'a Kernel,
+    dtype: DType,
+    out: String,
+    depth: usize,
+    /// Enclosing loops: dimension and the C variable holding its offset.
+    offsets: Vec<(DimId, String)>,
+    next: usize,
+    slots: Vec<usize>,
+    var_slots: Vec<usize>,
+}
+
+/// The lane variables of a loop nest over a tile.
+struct Lanes(Vec<(DimId, String)>);
+
+impl Lanes {
+    /// The flat index into a tile of shape `s` at these lanes (dimensions `s` lacks broadcast).
+    fn index(&self, s: &Shape) -> String {
+        let terms: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(d, _)| s.extent(*d).is_some())
+            .map(|(d, l)| match s.stride(*d) {
+                1 => l.clone(),
+                st => format!("{l} * {st}"),
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    fn lane(&self, d: DimId) -> &str {
+        self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
+    }
+}
+
+impl Emitter<'_> {
+    fn line(&mut self, s: &str) {
+        let _ = writeln!(self.out, "{}{s}", "    ".repeat(self.depth));
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+
+    fn size(&self, d: DimId) -> String {
+        format!("s{}", self.k.dim_slot(d))
+    }
+
+    fn nblocks(&self, d: DimId) -> String {
+        format!("dt_cdiv({}, {})", self.size(d), self.k.grid.block_extent(d).unwrap_or(1))
+    }
+
+    fn offset(&self, d: DimId) -> String {
+        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or("0".into(), |(_, v)| v.clone())
+    }
+
+    fn val(&self, v: ValueId) -> String {
+        format!("(arena + {})", self.slots[v.0 as usize])
+    }
+
+    fn var(&self, v: VarId) -> String {
+        format!("(arena + {})", self.var_slots[v.0 as usize])
+    }
+
+    fn valid(&self, d: DimId, lane: &str) -> String {
+        format!("{} + {lane} < {}", self.offset(d), self.size(d))
+    }
+
+    /// Opens one loop per dimension of `shape`, runs `body` inside, closes them.
+    fn for_lanes(&mut self, shape: &Shape, body: impl FnOnce(&mut Self, &Lanes)) {
+        let mut lanes = Vec::new();
+        for (d, n) in &shape.0 {
+            let l = self.fresh("l");
+            self.line(&format!("for (long long {l} = 0; {l} < {n}; {l}++) {{"));
+            self.depth += 1;
+            lanes.push((*d, l));
+        }
+        let lanes = Lanes(lanes);
+        body(self, &lanes);
+        for _ in &shape.0 {
+            self.depth -= 1;
+            self.line("}");
+        }
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
+        match s {
+            Stmt::Let { value, op } => self.op(*value, op)?,
+            Stmt::Init { var, value, origin } => {
+                let shape = self.k.var(*var).clone();
+                if !origin.is_empty() {
+                    self.line(&format!("/* {origin} */"));
+                }
+                let (dst, v) = (self.var(*var), float_lit(*value));
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {v};", l.index(&shape))));
+            }
+            Stmt::Update { var, combine: how, value } => {
+                let shape = self.k.var(*var).clone();
+                let vshape = self.k.value(*value).shape.clone();
+                let (dst, src) = (self.var(*var), self.val(*value));
+                self.for_lanes(&shape, |e, l| {
+                    let (i, j) = (l.index(&shape), l.index(&vshape));
+                    let rhs = match how {
+                        Combine::Set => format!("{src}[{j}]"),
+                        Combine::Reduce(op) => combine(*op, &format!("{dst}[{i}]"), &format!("{src}[{j}]")),
+                    };
+                    e.line(&format!("{dst}[{i}] = {rhs};"));
+                });
+            }
+            Stmt::Loop(l) => {
+                let o = self.fresh("o");
+                if !l.origin.is_empty() {
+                    self.line(&format!("/* {} */", l.origin));
+                }
+                let size = self.size(l.dim);
+                let (start, end) = match l.kind {
+                    LoopKind::Block => {
+                        let slot = self.k.dim_slot(l.dim);
+                        let b = self.k.grid.block_extent(l.dim).unwrap_or(1);
+                        (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
+                    }
+                    LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
+                };
+                self.line(&format!("for (long long {o} = {start}; {o} < {end}; {o} += {}) {{", l.step));
+                self.depth += 1;
+                self.offsets.push((l.dim, o));
+                self.stmts(&l.body)?;
+                self.offsets.pop();
+                self.depth -= 1;
+                self.line("}");
+            }
+            Stmt::Store { value, tile } => {
+                let vshape = self.k.value(*value).shape.clone();
+                let src = self.val(*value);
+                let out_dims = self.k.output.dims.clone();
+                let store = format!("dt_store_{}", self.dtype.name());
+                self.for_lanes(tile, |e, l| {
+                    let conds: Vec<String> = out_dims.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
+                    let addr: Vec<String> = out_dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * args->output_strides[{a}]", e.offset(*d), l.lane(*d))).collect();
+                    e.line(&format!("if ({}) out[{}] = {store}({src}[{}]);", conds.join(" && "), addr.join(" + "), l.index(&vshape)));
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, id: ValueId, op: &Op) -> Result<(), EmitError> {
+        let shape = self.k.value(id).shape.clone();
+        let dst = self.val(id);
+        let shape_of = |v: &ValueId| self.k.value(*v).shape.clone();
+        match op {
+            Op::Const(c) => {
+                let c = float_lit(*c);
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {c};", l.index(&shape))));
+            }
+            Op::Scalar(i) => self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = args->scalars[{i}];", l.index(&shape)))),
+            Op::Len(d) => {
+                let s = self.size(*d);
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = (float){s};", l.index(&shape))));
+            }
+            Op::Index(d) => {
+                let o = self.offset(*d);
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = (float)({o} + {});", l.index(&shape), l.lane(*d))));
+            }
+            Op::Load { input, axes } => {
+                let load = format!("dt_load_{}", self.dtype.name());
+                self.for_lanes(&shape, |e, l| {
+                    let conds: Vec<String> = axes.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
+                    let addr: Vec<String> = axes.iter().enumerate().map(|(a, d)| format!("({} + {}) * args->input_strides[{input}][{a}]", e.offset(*d), l.lane(*d))).collect();
+                    let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
+                    e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{}]) : 0.0f;", l.index(&shape), addr.join(" + ")));
+                });
+            }
+            Op::Unary(u, a) => {
+                let (sa, src) = (shape_of(a), self.val(*a));
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {};", l.index(&shape), unary(*u, &format!("{src}[{}]", l.index(&sa))))));
+            }
+            Op::Binary(b, x, y) => {
+                let (sx, sy, vx, vy) = (shape_of(x), shape_of(y), self.val(*x), self.val(*y));
+                self.for_lanes(&shape, |e, l| {
+                    let rhs = binary(*b, &format!("{vx}[{}]", l.index(&sx)), &format!("{vy}[{}]", l.index(&sy)));
+                    e.line(&format!("{dst}[{}] = {rhs};", l.index(&shape)));
+                });
+            }
+            Op::Select(c, x, y) => {
+                let (sc, sx, sy) = (shape_of(c), shape_of(x), shape_of(y));
+                let (vc, vx, vy) = (self.val(*c), self.val(*x), self.val(*y));
+                self.for_lanes(&shape, |e, l| {
+                    e.line(&format!("{dst}[{}] = {vc}[{}] != 0.0f ? {vx}[{}] : {vy}[{}];", l.index(&shape), l.index(&sc), l.index(&sx), l.index(&sy)));
+                });
+            }
+            Op::MaskFill { value, dim, fill } => {
+                let (sv, src, fill) = (shape_of(value), self.val(*value), float_lit(*fill));
+                self.for_lanes(&shape, |e, l| {
+                    let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { "1".into() };
+                    e.line(&format!("{dst}[{}] = ({cond}) ? {src}[{}] : {fill};", l.index(&shape), l.index(&sv)));
+                });
+            }
+            Op::Reduce { op, value, dim } => {
+                let sv = shape_of(value);
+                let (src, n, st) = (self.val(*value), sv.extent(*dim).unwrap_or(1), sv.stride(*dim));
+                let id_lit = float_lit(op.identity());
+                self.for_lanes(&shape, |e, l| {
+                    let r = e.fresh("r");
+                    let acc = e.fresh("a");
+                    e.line(&format!("float {acc} = {id_lit};"));
+                    e.line(&format!("for (long long {r} = 0; {r} < {n}; {r}++) {acc} = {};", combine(*op, &acc, &format!("{src}[{} + {r} * {st}]", l.index(&sv)))));
+                    e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
+                });
+            }
+            Op::Dot { a, b, dim } => {
+                let (sa, sb) = (shape_of(a), shape_of(b));
+                let (va, vb) = (self.val(*a), self.val(*b));
+                let (n, ta, tb) = (sa.extent(*dim).unwrap_or(1), sa.stride(*dim), sb.stride(*dim));
+                self.for_lanes(&shape, |e, l| {
+                    let r = e.fresh("r");
+                    let acc = e.fresh("a");
+                    e.line(&format!("float {acc} = 0.0f;"));
+                    e.line(&format!("for (long long {r} = 0; {r} < {n}; {r}++) {acc} += {va}[{} + {r} * {ta}] * {vb}[{} + {r} * {tb}];", l.index(&sa), l.index(&sb)));
+                    e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
+                });
+            }
+            Op::Var(v) => {
+                let (sv, src) = (self.k.var(*v).clone(), self.var(*v));
+                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {src}[{}];", l.index(&shape), l.index(&sv))));
+            }
+        }
+        Ok(())
+    }
+}

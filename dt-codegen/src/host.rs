@@ -1,0 +1,141 @@
+//! Compiles generated CPU C into a shared library with the system C compiler (found as the `cc`
+//! crate finds it) and calls its kernels on host tensors: the engine behind
+//! `dtc run --backend cpu` and the tests that run generated C.
+
+use crate::abi::DtArgs;
+use dt_core::kir::Kernel;
+use dt_core::tensor::{strides, Bound, Tensor};
+use dt_core::DType;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug)]
+pub struct HostError(pub String);
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HostError {}
+
+/// The C compiler and flags for this machine.
+pub fn c_compiler() -> Result<cc::Tool, HostError> {
+    let target = env!("DT_HOST_TARGET");
+    cc::Build::new()
+        .target(target)
+        .host(target)
+        .opt_level(2)
+        .cargo_metadata(false)
+        .try_get_compiler()
+        .map_err(|e| HostError(format!("no C compiler found: {e}")))
+}
+
+/// A compiled shared library of generated kernels.
+pub struct CpuLibrary {
+    lib: libloading::Library,
+    pub path: PathBuf,
+}
+
+/// Compiles C `source` into a shared library under `dir` (with `-O2 -Wall -Wextra -Werror`).
+pub fn compile(source: &str, dir: &Path, name: &str) -> Result<CpuLibrary, HostError> {
+    std::fs::create_dir_all(dir).map_err(|e| HostError(format!("{}: {e}", dir.display())))?;
+    let src = dir.join(format!("{name}.c"));
+    let lib = dir.join(format!("lib{name}.so"));
+    std::fs::write(&src, source).map_err(|e| HostError(format!("{}: {e}", src.display())))?;
+    let tool = c_compiler()?;
+    let mut cmd: Command = tool.to_command();
+    cmd.args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).arg("-lm");
+    let out = cmd.output().map_err(|e| HostError(format!("could not start the C compiler ({cmd:?}): {e}")))?;
+    if !out.status.success() {
+        return Err(HostError(format!("C compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&out.stderr))));
+    }
+    // SAFETY: the library is code we generated and just compiled; loading runs no initializers
+    // beyond the C runtime's.
+    let handle = unsafe { libloading::Library::new(&lib) }.map_err(|e| HostError(format!("{}: {e}", lib.display())))?;
+    Ok(CpuLibrary { lib: handle, path: lib })
+}
+
+/// Host storage of one tensor in an element type.
+enum Buf {
+    F32(Vec<f32>),
+    Half(Vec<u16>),
+}
+
+impl Buf {
+    fn from(t: &Tensor, dtype: DType) -> Buf {
+        match dtype {
+            DType::F32 => Buf::F32(t.data.clone()),
+            DType::F16 => Buf::Half(t.data.iter().map(|v| half::f16::from_f32(*v).to_bits()).collect()),
+            DType::BF16 => Buf::Half(t.data.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect()),
+        }
+    }
+
+    fn addr(&self) -> u64 {
+        match self {
+            Buf::F32(v) => v.as_ptr() as u64,
+            Buf::Half(v) => v.as_ptr() as u64,
+        }
+    }
+
+    fn to_f32(&self, dtype: DType) -> Vec<f32> {
+        match (self, dtype) {
+            (Buf::F32(v), _) => v.clone(),
+            (Buf::Half(v), DType::BF16) => v.iter().map(|b| half::bf16::from_bits(*b).to_f32()).collect(),
+            (Buf::Half(v), _) => v.iter().map(|b| half::f16::from_bits(*b).to_f32()).collect(),
+        }
+    }
+}
+
+/// Fills the argument block for `k` from bound arguments and buffer addresses.
+pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u64) -> DtArgs {
+    let mut a = DtArgs::default();
+    for (i, t) in bound.inputs.iter().enumerate() {
+        a.inputs[i] = input_addrs[i];
+        for (axis, s) in strides(&t.shape).iter().enumerate() {
+            a.input_strides[i][axis] = *s as i64;
+        }
+    }
+    a.output = output_addr;
+    for (axis, s) in strides(&bound.out_shape).iter().enumerate() {
+        a.output_strides[axis] = *s as i64;
+    }
+    for (slot, (d, _)) in k.dims.iter().enumerate() {
+        a.sizes[slot] = bound.size(*d) as i64;
+    }
+    for (i, v) in bound.scalars.iter().enumerate() {
+        a.scalars[i] = *v;
+    }
+    a
+}
+
+/// Checks sizes against the kernel's bounds.
+pub fn check_bounds(k: &Kernel, bound: &Bound) -> Result<(), HostError> {
+    for (d, n) in &k.bounds {
+        if bound.size(*d) as u64 > *n {
+            return Err(HostError(format!("dimension `{}` is {}, above the bound {n} that kernel `{}` was compiled for", k.dim_name(*d), bound.size(*d), k.name)));
+        }
+    }
+    Ok(())
+}
+
+impl CpuLibrary {
+    /// Runs kernel `k` (compiled as `symbol` for `dtype`). The output starts as NaN, so an
+    /// element the kernel fails to write shows.
+    pub fn run(&self, symbol: &str, k: &Kernel, bound: &Bound, dtype: DType) -> Result<Tensor, HostError> {
+        check_bounds(k, bound)?;
+        let inputs: Vec<Buf> = bound.inputs.iter().map(|t| Buf::from(t, dtype)).collect();
+        let n: usize = bound.out_shape.iter().product();
+        let out = Buf::from(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype);
+        let args = fill_args(k, bound, &inputs.iter().map(Buf::addr).collect::<Vec<_>>(), out.addr());
+        // SAFETY: the symbol was emitted with the signature `void(const dt_args*)`, and every
+        // pointer in `args` refers to a buffer that outlives the call, sized for the shapes the
+        // kernel reads and writes.
+        unsafe {
+            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs)> = self.lib.get(symbol.as_bytes()).map_err(|e| HostError(format!("{symbol}: {e}")))?;
+            f(&args);
+        }
+        Ok(Tensor { shape: bound.out_shape.clone(), data: out.to_f32(dtype) })
+    }
+}
