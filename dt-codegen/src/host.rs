@@ -40,13 +40,18 @@ pub struct CpuLibrary {
 
 /// Compiles C `source` into a shared library under `dir` (with `-O2 -Wall -Wextra -Werror`).
 pub fn compile(source: &str, dir: &Path, name: &str) -> Result<CpuLibrary, HostError> {
+    compile_with(source, dir, name, "-O2")
+}
+
+/// As [`compile`], with another optimization flag (tests that compile many kernels use `-O1`).
+pub fn compile_with(source: &str, dir: &Path, name: &str, opt: &str) -> Result<CpuLibrary, HostError> {
     std::fs::create_dir_all(dir).map_err(|e| HostError(format!("{}: {e}", dir.display())))?;
     let src = dir.join(format!("{name}.c"));
     let lib = dir.join(format!("lib{name}.so"));
     std::fs::write(&src, source).map_err(|e| HostError(format!("{}: {e}", src.display())))?;
     let tool = c_compiler()?;
     let mut cmd: Command = tool.to_command();
-    cmd.args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).arg("-lm");
+    cmd.args([opt, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).arg("-lm");
     let out = cmd.output().map_err(|e| HostError(format!("could not start the C compiler ({cmd:?}): {e}")))?;
     if !out.status.success() {
         return Err(HostError(format!("C compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&out.stderr))));

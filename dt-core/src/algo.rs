@@ -337,24 +337,41 @@ impl Program {
         seen
     }
 
-    /// Inputs that kernel `k` reads (directly or through its producers), in declaration order.
-    pub fn kernel_inputs(&self, k: FuncId) -> Vec<InputId> {
-        let mut used = BTreeSet::new();
-        for f in self.producers(k).into_iter().chain([k]) {
-            self.func(f).body.walk(&mut |e| {
-                if let Expr::Load { input, .. } = e {
-                    used.insert(*input);
+    /// What running kernel `k` computes: its own body and, for every Func it reads (through any
+    /// chain of reads), that Func's body renamed to the labels it is read under. Dimensions,
+    /// inputs and scalars of a kernel are those of these bodies.
+    pub fn kernel_bodies(&self, k: FuncId) -> Vec<Expr> {
+        let mut out = vec![self.func(k).body.clone()];
+        out.extend(crate::check::expanded_reads(self, k).iter().map(|(g, labels)| self.renamed_body(*g, labels)));
+        out
+    }
+
+    /// Every input read by kernel `k`, with the labels of each axis, once per distinct labelling.
+    pub fn kernel_loads(&self, k: FuncId) -> Vec<(InputId, Vec<DimId>)> {
+        let mut out: Vec<(InputId, Vec<DimId>)> = Vec::new();
+        for body in self.kernel_bodies(k) {
+            body.walk(&mut |e| {
+                if let Expr::Load { input, index } = e {
+                    if !out.iter().any(|(i, l)| i == input && l == index) {
+                        out.push((*input, index.clone()));
+                    }
                 }
             });
         }
+        out
+    }
+
+    /// Inputs that kernel `k` reads, in declaration order.
+    pub fn kernel_inputs(&self, k: FuncId) -> Vec<InputId> {
+        let used: BTreeSet<InputId> = self.kernel_loads(k).into_iter().map(|(i, _)| i).collect();
         used.into_iter().collect()
     }
 
     /// Scalar inputs that kernel `k` reads, in declaration order.
     pub fn kernel_scalars(&self, k: FuncId) -> Vec<ScalarId> {
         let mut used = BTreeSet::new();
-        for f in self.producers(k).into_iter().chain([k]) {
-            self.func(f).body.walk(&mut |e| {
+        for body in self.kernel_bodies(k) {
+            body.walk(&mut |e| {
                 if let Expr::Scalar(s) = e {
                     used.insert(*s);
                 }
@@ -366,9 +383,8 @@ impl Program {
     /// Every dimension kernel `k` needs the size of, in declaration order.
     pub fn kernel_dims(&self, k: FuncId) -> Vec<DimId> {
         let mut used: BTreeSet<DimId> = self.func(k).dims.iter().copied().collect();
-        for f in self.producers(k).into_iter().chain([k]) {
-            used.extend(self.func(f).dims.iter().copied());
-            self.func(f).body.walk(&mut |e| match e {
+        for body in self.kernel_bodies(k) {
+            body.walk(&mut |e| match e {
                 Expr::Index(d) | Expr::Len(d) | Expr::Reduce { dim: d, .. } | Expr::Dot { dim: d, .. } => {
                     used.insert(*d);
                 }

@@ -50,8 +50,8 @@ struct Evaluator<'a> {
     p: &'a Program,
     bound: &'a Bound<'a>,
     dtype: DType,
-    /// Funcs read by the kernel, computed whole over their own dimensions.
-    memo: HashMap<FuncId, Tensor>,
+    /// Funcs read by the kernel, computed whole over the labels they are read under.
+    memo: HashMap<(FuncId, Vec<crate::algo::DimId>), Tensor>,
     input_of: Vec<Option<usize>>,
     scalar_of: Vec<Option<usize>>,
 }
@@ -70,11 +70,12 @@ impl Evaluator<'_> {
                 self.dtype.round(t.data[flat])
             }
             Expr::Read { func, index } => {
-                if !self.memo.contains_key(func) {
-                    let t = self.materialize(*func);
-                    self.memo.insert(*func, t);
+                let key = (*func, index.clone());
+                if !self.memo.contains_key(&key) {
+                    let t = self.materialize(*func, index);
+                    self.memo.insert(key.clone(), t);
                 }
-                let t = &self.memo[func];
+                let t = &self.memo[&key];
                 let st = strides(&t.shape);
                 let flat: usize = index.iter().zip(&st).map(|(d, s)| env[d.index()] * s).sum();
                 t.data[flat]
@@ -111,17 +112,17 @@ impl Evaluator<'_> {
         }
     }
 
-    /// Computes Func `g` at every point of its own dimensions, in f32.
-    fn materialize(&mut self, g: FuncId) -> Tensor {
-        let f = self.p.func(g);
-        let shape: Vec<usize> = f.dims.iter().map(|d| self.bound.size(*d)).collect();
+    /// Computes Func `g`, read under `labels`, at every point of those labels, in f32.
+    fn materialize(&mut self, g: FuncId, labels: &[crate::algo::DimId]) -> Tensor {
+        let body = self.p.renamed_body(g, labels);
+        let shape: Vec<usize> = labels.iter().map(|d| self.bound.size(*d)).collect();
         let mut t = Tensor::zeros(shape.clone());
         let mut env = vec![0usize; self.p.dims.len()];
         for (flat, point) in points(&shape).enumerate() {
-            for (axis, d) in f.dims.iter().enumerate() {
+            for (axis, d) in labels.iter().enumerate() {
                 env[d.index()] = point[axis];
             }
-            t.data[flat] = self.eval(&f.body, &mut env);
+            t.data[flat] = self.eval(&body, &mut env);
         }
         t
     }

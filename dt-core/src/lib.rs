@@ -8,6 +8,7 @@ pub mod check;
 pub mod diag;
 pub mod dtype;
 pub mod eval;
+pub mod explore;
 pub mod interp;
 pub mod kir;
 pub mod lower;

@@ -102,6 +102,7 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
         }
     }
     let mut bound_inputs = Vec::new();
+    let loads = p.kernel_loads(k);
     for i in &inputs {
         let input = p.input(*i);
         let Some((_, t)) = args.inputs.iter().find(|(n, _)| *n == input.name) else {
@@ -113,7 +114,10 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
         if t.len() > MAX_ELEMENTS {
             return Err(ArgError(format!("input `{}` has {} elements; at most 2^31 are supported", input.name, t.len())));
         }
-        for labels in &input.labellings {
+        if t.len() != t.shape.iter().product::<usize>() {
+            return Err(ArgError(format!("input `{}` holds {} values but its shape {:?} needs {}", input.name, t.len(), t.shape, t.shape.iter().product::<usize>())));
+        }
+        for (_, labels) in loads.iter().filter(|(x, _)| x == i) {
             for (axis, d) in labels.iter().enumerate() {
                 let n = t.shape[axis];
                 let here = format!("axis {axis} of `{}`", input.name);

@@ -1,6 +1,7 @@
 //! `dtc`, the DT command-line compiler.
 
 use clap::{Parser, Subcommand};
+use dt_codegen::emit::gpu::Dialect;
 use dt_codegen::npy;
 use dt_core::algo::{FuncId, Program};
 use dt_core::tensor::{Args, Tensor};
@@ -74,6 +75,10 @@ enum Target {
     Kir,
     /// C for the CPU: one function per kernel and element type.
     C,
+    /// CUDA C, self-contained (`nvcc -cubin -arch=sm_90a FILE.cu` compiles it).
+    Cuda,
+    /// HIP C, self-contained (`hipcc --genco --offload-arch=gfx90a FILE.hip` compiles it).
+    Hip,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -203,6 +208,11 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
         Target::C => {
             let items: Vec<_> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
             dt_codegen::emit::c::emit_file(&header(file), &items).map_err(|e| format!("{}: error: {e}", file.display()))?
+        }
+        Target::Cuda | Target::Hip => {
+            let dialect = if matches!(target, Target::Cuda) { Dialect::Cuda } else { Dialect::Hip };
+            let items: Vec<_> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items).map_err(|e| format!("{}: error: {e}", file.display()))?.0
         }
     };
     match output {

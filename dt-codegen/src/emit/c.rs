@@ -4,11 +4,10 @@
 //! dimension's size. Compiles warning-free with `-O2 -Wall -Wextra` under gcc and clang.
 
 use super::expr::{binary, combine, float_lit, unary};
-use super::{check_abi, EmitError};
+use super::{check_abi, EmitError, Lanes};
 use crate::abi;
 use dt_core::algo::DimId;
 use dt_core::kir::*;
-use dt_core::schedule::MapEntry;
 use dt_core::DType;
 use std::fmt::Write;
 
@@ -65,39 +64,11 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.line(&format!("float* arena = (float*)malloc(sizeof(float) * {arena});"));
     e.line("if (!arena) return;");
     // Program ids: unravel through the grid's order, the last entry fastest.
-    let counts: Vec<String> = k
-        .grid
-        .order
-        .iter()
-        .map(|m| match m {
-            MapEntry::Whole(d) => e.nblocks(*d),
-            MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", e.nblocks(*dim)),
-            MapEntry::Inner { factor, .. } => factor.to_string(),
-        })
-        .collect();
-    let programs = if counts.is_empty() { "1".to_string() } else { counts.iter().map(|c| format!("({c})")).collect::<Vec<_>>().join(" * ") };
-    e.line(&format!("const long long programs = {programs};"));
+    e.line(&format!("const long long programs = {};", super::program_count(k)));
     e.line("for (long long pid = 0; pid < programs; pid++) {");
     e.depth += 1;
-    e.line("long long rest = pid;");
-    e.line("(void)rest;");
-    for (i, (m, c)) in k.grid.order.iter().zip(&counts).enumerate().rev() {
-        e.line(&format!("const long long g{i} = rest % ({c}); rest /= ({c});"));
-        let _ = m;
-    }
-    for (d, _) in &k.grid.blocked {
-        let mut parts = Vec::new();
-        for (i, m) in k.grid.order.iter().enumerate() {
-            match m {
-                MapEntry::Whole(x) if x == d => parts.push(format!("g{i}")),
-                MapEntry::Outer { dim, factor } if dim == d => parts.push(format!("g{i} * {factor}")),
-                MapEntry::Inner { dim, .. } if dim == d => parts.push(format!("g{i}")),
-                _ => {}
-            }
-        }
-        let slot = k.dim_slot(*d);
-        e.line(&format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
-        e.line(&format!("if (b{slot} >= {}) continue; /* past the end of a short group */", e.nblocks(*d)));
+    for l in super::program_coords(k, "continue;") {
+        e.line(&l);
     }
     e.stmts(&k.body)?;
     e.depth -= 1;
@@ -119,33 +90,6 @@ struct Emitter<'a> {
     var_slots: Vec<usize>,
 }
 
-/// The lane variables of a loop nest over a tile.
-struct Lanes(Vec<(DimId, String)>);
-
-impl Lanes {
-    /// The flat index into a tile of shape `s` at these lanes (dimensions `s` lacks broadcast).
-    fn index(&self, s: &Shape) -> String {
-        let terms: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(d, _)| s.extent(*d).is_some())
-            .map(|(d, l)| match s.stride(*d) {
-                1 => l.clone(),
-                st => format!("{l} * {st}"),
-            })
-            .collect();
-        if terms.is_empty() {
-            "0".into()
-        } else {
-            terms.join(" + ")
-        }
-    }
-
-    fn lane(&self, d: DimId) -> &str {
-        self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
-    }
-}
-
 impl Emitter<'_> {
     fn line(&mut self, s: &str) {
         let _ = writeln!(self.out, "{}{s}", "    ".repeat(self.depth));
@@ -158,10 +102,6 @@ impl Emitter<'_> {
 
     fn size(&self, d: DimId) -> String {
         format!("s{}", self.k.dim_slot(d))
-    }
-
-    fn nblocks(&self, d: DimId) -> String {
-        format!("dt_cdiv({}, {})", self.size(d), self.k.grid.block_extent(d).unwrap_or(1))
     }
 
     fn offset(&self, d: DimId) -> String {

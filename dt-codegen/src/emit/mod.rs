@@ -2,6 +2,7 @@
 
 pub mod c;
 pub mod expr;
+pub mod gpu;
 
 use dt_core::kir::Kernel;
 use dt_core::DType;
@@ -41,4 +42,91 @@ pub fn check_abi(k: &Kernel) -> Result<(), EmitError> {
         return Err(too_many(&format!("axes in `{}`", t.name), t.dims.len(), MAX_RANK));
     }
     Ok(())
+}
+
+/// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked
+/// dimension, skipping programs past the end of a short group (`skip` is `continue;` inside the
+/// CPU's program loop, `return;` in a GPU kernel). Shared by every C-family emitter.
+pub fn program_coords(k: &Kernel, skip: &str) -> Vec<String> {
+    use dt_core::schedule::MapEntry;
+    let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
+    let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
+    let counts: Vec<String> = k
+        .grid
+        .order
+        .iter()
+        .map(|m| match m {
+            MapEntry::Whole(d) => nblocks(*d),
+            MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", nblocks(*dim)),
+            MapEntry::Inner { factor, .. } => factor.to_string(),
+        })
+        .collect();
+    let mut out = vec!["long long rest = pid;".to_string(), "(void)rest;".to_string()];
+    for (i, c) in counts.iter().enumerate().rev() {
+        out.push(format!("const long long g{i} = rest % ({c}); rest /= ({c});"));
+    }
+    for (d, _) in &k.grid.blocked {
+        let mut parts = Vec::new();
+        for (i, m) in k.grid.order.iter().enumerate() {
+            match m {
+                MapEntry::Whole(x) if x == d => parts.push(format!("g{i}")),
+                MapEntry::Outer { dim, factor } if dim == d => parts.push(format!("g{i} * {factor}")),
+                MapEntry::Inner { dim, .. } if dim == d => parts.push(format!("g{i}")),
+                _ => {}
+            }
+        }
+        let slot = k.dim_slot(*d);
+        out.push(format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
+        out.push(format!("if (b{slot} >= {}) {skip} /* past the end of a short group */", nblocks(*d)));
+    }
+    out
+}
+
+/// The number of programs, as a C expression over the size variables `s<slot>`.
+pub fn program_count(k: &Kernel) -> String {
+    use dt_core::schedule::MapEntry;
+    let nblocks = |d: dt_core::algo::DimId| format!("dt_cdiv(s{}, {})", k.dim_slot(d), k.grid.block_extent(d).unwrap_or(1));
+    let counts: Vec<String> = k
+        .grid
+        .order
+        .iter()
+        .map(|m| match m {
+            MapEntry::Whole(d) => format!("({})", nblocks(*d)),
+            MapEntry::Outer { dim, factor } => format!("(dt_cdiv({}, {factor}))", nblocks(*dim)),
+            MapEntry::Inner { factor, .. } => format!("({factor})"),
+        })
+        .collect();
+    if counts.is_empty() {
+        "1".into()
+    } else {
+        counts.join(" * ")
+    }
+}
+
+/// The lane variables of a loop over the elements of a tile: the C variable holding the lane
+/// along each dimension.
+pub(crate) struct Lanes(pub Vec<(dt_core::algo::DimId, String)>);
+
+impl Lanes {
+    /// The flat index into a tile of shape `s` at these lanes (dimensions `s` lacks broadcast).
+    pub fn index(&self, s: &dt_core::kir::Shape) -> String {
+        let terms: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(d, _)| s.extent(*d).is_some())
+            .map(|(d, l)| match s.stride(*d) {
+                1 => l.clone(),
+                st => format!("{l} * {st}"),
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    pub fn lane(&self, d: dt_core::algo::DimId) -> &str {
+        self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
+    }
 }

@@ -33,7 +33,12 @@ pub const MAX_TILE_ELEMENTS: usize = 1 << 20;
 /// Lowers kernel `k` of a checked program.
 pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     let f = p.func(k);
-    let param = |i: &crate::algo::InputId| TensorParam { name: p.input(*i).name.clone(), dims: p.input(*i).dims().to_vec() };
+    // An input's axes are named by the first labelling under which the kernel reads it.
+    let loads = p.kernel_loads(k);
+    let param = |i: &crate::algo::InputId| TensorParam {
+        name: p.input(*i).name.clone(),
+        dims: loads.iter().find(|(x, _)| x == i).map(|(_, l)| l.clone()).unwrap_or_default(),
+    };
     let mut kernel = Kernel {
         name: f.name.clone(),
         inputs: p.kernel_inputs(k).iter().map(param).collect(),

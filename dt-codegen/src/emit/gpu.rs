@@ -1,0 +1,492 @@
+//! The GPU emitter, for CUDA C and HIP C (one emitter, a [`Dialect`]).
+//!
+//! A program is one thread block of `num_warps` warps (wavefronts on AMD). Tiles follow the
+//! blocked layout in its simplest form: element `e` of a tile of `N` elements (row-major) lives in
+//! register slot `e / T` of thread `e % T`, `T` being the block's thread count, so element-wise
+//! work between tiles of one shape needs no communication and loads and stores are coalesced
+//! along the last dimension. An operand read under another shape (a broadcast, the input of a
+//! reduction, a dot operand) is first published to a shared-memory slot; threads then read the
+//! elements they need from there. Nothing depends on the warp width.
+
+use super::expr::{binary, combine, float_lit, unary};
+use super::{check_abi, program_coords, EmitError, Lanes};
+use crate::abi;
+use dt_core::algo::DimId;
+use dt_core::kir::*;
+use dt_core::DType;
+use std::fmt::Write;
+
+/// The device runtime every generated GPU file starts with.
+pub const RUNTIME: &str = include_str!("../runtime/dt_gpu.h");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Cuda,
+    Hip,
+}
+
+impl Dialect {
+    /// Lanes per warp (NVIDIA) or wavefront (AMD CDNA).
+    pub fn warp_size(self) -> u32 {
+        match self {
+            Dialect::Cuda => 32,
+            Dialect::Hip => 64,
+        }
+    }
+}
+
+/// Launch parameters of one emitted kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchInfo {
+    pub symbol: String,
+    pub threads: u32,
+    /// Dynamic shared memory per program, in bytes.
+    pub shared_bytes: u32,
+}
+
+/// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
+/// offer, so a kernel runs on every supported GPU.
+pub const MAX_SHARED_BYTES: u32 = 64 * 1024;
+
+/// A whole file: the runtime, the argument block and every (kernel, dtype, symbol).
+pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, String)]) -> Result<(String, Vec<LaunchInfo>), EmitError> {
+    let mut out = String::new();
+    for line in header.lines() {
+        let _ = writeln!(out, "/* {line} */");
+    }
+    out += RUNTIME;
+    out += "\n";
+    out += abi::C_DECL;
+    let mut infos = Vec::new();
+    for (k, dtype, symbol) in kernels {
+        let (text, info) = emit_kernel(k, *dtype, symbol, dialect)?;
+        out += "\n";
+        out += &text;
+        infos.push(info);
+    }
+    Ok((out, infos))
+}
+
+fn c_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 => "dt_f16",
+        DType::BF16 => "dt_bf16",
+    }
+}
+
+/// Which operands of which statements go through shared memory, and the slots they use.
+struct Publishing {
+    /// (value, slot) pairs, by the id of the value that reads them.
+    reads: Vec<(ValueId, Vec<(ValueId, usize)>)>,
+    /// Elements of each slot.
+    slot_elements: Vec<usize>,
+}
+
+pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
+    check_abi(k)?;
+    let threads = k.num_warps * dialect.warp_size();
+    let publishing = plan_publishing(k);
+    let mut offsets = Vec::new();
+    let mut total = 0usize;
+    for n in &publishing.slot_elements {
+        offsets.push(total);
+        total += n;
+    }
+    let shared_bytes = (total * 4) as u32;
+    if shared_bytes > MAX_SHARED_BYTES {
+        return Err(EmitError(format!(
+            "kernel `{}` needs {shared_bytes} bytes of shared memory for its tiles (at most {MAX_SHARED_BYTES}); use smaller tiles",
+            k.name
+        )));
+    }
+    let mut e = Emitter { k, dtype, threads, out: String::new(), depth: 1, offsets: Vec::new(), next: 0, publishing, slot_offsets: offsets };
+    let t = c_type(dtype);
+    let _ = writeln!(e.out, "/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */", k.name, k.grid.origin);
+    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {symbol}(const dt_args args) {{");
+    e.line("extern __shared__ float dt_smem[];");
+    e.line("(void)dt_smem;");
+    e.line("const int tid = (int)threadIdx.x;");
+    for (slot, (_, name)) in k.dims.iter().enumerate() {
+        e.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */"));
+    }
+    for (i, input) in k.inputs.iter().enumerate() {
+        e.line(&format!("const {t}* __restrict__ in{i} = (const {t}*)args.inputs[{i}]; /* {} */", input.name));
+    }
+    e.line(&format!("{t}* __restrict__ out = ({t}*)args.output; /* {} */", k.output.name));
+    e.line("const long long pid = (long long)blockIdx.x;");
+    for l in program_coords(k, "return;") {
+        e.line(&l);
+    }
+    e.stmts(&k.body)?;
+    e.out += "}\n";
+    Ok((e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
+}
+
+/// Assigns a shared-memory slot to every operand read under a shape other than its own.
+fn plan_publishing(k: &Kernel) -> Publishing {
+    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new() };
+    fn walk(k: &Kernel, stmts: &[Stmt], p: &mut Publishing) {
+        for s in stmts {
+            let (result, shape, operands): (ValueId, Shape, Vec<ValueId>) = match s {
+                Stmt::Let { value, op } => {
+                    let shape = k.value(*value).shape.clone();
+                    let ops = match op {
+                        Op::Unary(_, a) | Op::MaskFill { value: a, .. } => vec![*a],
+                        Op::Binary(_, a, b) => vec![*a, *b],
+                        Op::Select(c, a, b) => vec![*c, *a, *b],
+                        // Reductions and dots read across threads: always published.
+                        Op::Reduce { value: operand, .. } => {
+                            add(p, *value, k, vec![*operand]);
+                            continue;
+                        }
+                        Op::Dot { a, b, .. } => {
+                            add(p, *value, k, vec![*a, *b]);
+                            continue;
+                        }
+                        _ => vec![],
+                    };
+                    (*value, shape, ops)
+                }
+                Stmt::Update { var, value, .. } => (*value, k.var(*var).clone(), vec![*value]),
+                Stmt::Store { value, tile } => (*value, tile.clone(), vec![*value]),
+                Stmt::Loop(l) => {
+                    walk(k, &l.body, p);
+                    continue;
+                }
+                Stmt::Init { .. } => continue,
+            };
+            let cross: Vec<ValueId> = operands.into_iter().filter(|o| k.value(*o).shape != shape).collect();
+            if !cross.is_empty() {
+                add(p, result, k, cross);
+            }
+        }
+    }
+    fn add(p: &mut Publishing, reader: ValueId, k: &Kernel, ops: Vec<ValueId>) {
+        let mut list = Vec::new();
+        for (slot, o) in ops.into_iter().enumerate() {
+            let n = k.value(o).shape.elements();
+            if p.slot_elements.len() <= slot {
+                p.slot_elements.push(0);
+            }
+            p.slot_elements[slot] = p.slot_elements[slot].max(n);
+            list.push((o, slot));
+        }
+        p.reads.push((reader, list));
+    }
+    walk(k, &k.body, &mut p);
+    p
+}
+
+struct Emitter<'a> {
+    k: &'a Kernel,
+    dtype: DType,
+    threads: u32,
+    out: String,
+    depth: usize,
+    offsets: Vec<(DimId, String)>,
+    next: usize,
+    publishing: Publishing,
+    slot_offsets: Vec<usize>,
+}
+
+/// Where an operand's elements are read from inside an element loop.
+enum Source {
+    /// The thread's own registers, same shape: `name[r]`.
+    Own(String),
+    /// A shared-memory slot holding the whole tile, indexed by the lanes.
+    Shared(usize, Shape),
+}
+
+impl Emitter<'_> {
+    fn line(&mut self, s: &str) {
+        let _ = writeln!(self.out, "{}{s}", "    ".repeat(self.depth));
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+
+    fn size(&self, d: DimId) -> String {
+        format!("s{}", self.k.dim_slot(d))
+    }
+
+    fn offset(&self, d: DimId) -> String {
+        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or("0".into(), |(_, v)| v.clone())
+    }
+
+    fn valid(&self, d: DimId, lane: &str) -> String {
+        format!("{} + {lane} < {}", self.offset(d), self.size(d))
+    }
+
+    fn regs(&self, n: usize) -> usize {
+        n.div_ceil(self.threads as usize).max(1)
+    }
+
+    fn slot(&self, s: usize) -> String {
+        format!("(dt_smem + {})", self.slot_offsets[s])
+    }
+
+    /// Writes `v` (in registers) to shared-memory slot `s`, between barriers.
+    fn publish(&mut self, v: ValueId, s: usize) {
+        let n = self.k.value(v).shape.elements();
+        let r = self.regs(n);
+        let (t, slot) = (self.threads, self.slot(s));
+        self.line("__syncthreads();");
+        self.line(unroll(r));
+        self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = tid + r * {t}; if (e < {n}) {slot}[e] = v{}[r]; }}", v.0));
+        self.line("__syncthreads();");
+    }
+
+    /// Publishes what the statement that defines `reader` reads across threads; returns how each
+    /// operand is read.
+    fn sources(&mut self, reader: ValueId, operands: &[ValueId]) -> Vec<Source> {
+        let plan = self.publishing.reads.iter().find(|(r, _)| *r == reader).map(|(_, l)| l.clone()).unwrap_or_default();
+        for (o, s) in &plan {
+            self.publish(*o, *s);
+        }
+        operands
+            .iter()
+            .map(|o| match plan.iter().find(|(x, _)| x == o) {
+                Some((_, s)) => Source::Shared(*s, self.k.value(*o).shape.clone()),
+                None => Source::Own(format!("v{}", o.0)),
+            })
+            .collect()
+    }
+
+    fn read(&self, src: &Source, lanes: &Lanes) -> String {
+        match src {
+            Source::Own(name) => format!("{name}[r]"),
+            Source::Shared(s, shape) => format!("{}[{}]", self.slot(*s), lanes.index(shape)),
+        }
+    }
+
+    /// Loops over the elements of `shape` this thread owns, with the lane along each dimension
+    /// decoded (only the lanes the body uses are declared).
+    fn for_owned(&mut self, shape: &Shape, body: impl FnOnce(&mut Self, &Lanes)) {
+        let n = shape.elements();
+        let r = self.regs(n);
+        let t = self.threads;
+        self.line(unroll(r));
+        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+        self.depth += 1;
+        self.line(&format!("const int e = tid + r * {t};"));
+        self.line(&format!("if (e < {n}) {{"));
+        self.depth += 1;
+        let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
+        let before = std::mem::take(&mut self.out);
+        body(self, &lanes);
+        let inner = std::mem::replace(&mut self.out, before);
+        for ((d, ext), (_, l)) in shape.0.iter().zip(&lanes.0) {
+            if mentions(&inner, l) {
+                self.line(&format!("const int {l} = (e / {}) % {ext};", shape.stride(*d)));
+            }
+        }
+        self.out += &inner;
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    fn declare(&mut self, name: &str, shape: &Shape) {
+        let r = self.regs(shape.elements());
+        self.line(&format!("float {name}[{r}];"));
+    }
+
+    fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
+        for s in stmts {
+            self.stmt(s)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
+        match s {
+            Stmt::Let { value, op } => self.op(*value, op)?,
+            Stmt::Init { var, value, origin } => {
+                let shape = self.k.var(*var).clone();
+                if !origin.is_empty() {
+                    self.line(&format!("/* {origin} */"));
+                }
+                let name = format!("acc{}", var.0);
+                self.declare(&name, &shape);
+                let v = float_lit(*value);
+                self.for_owned(&shape, |e, _| e.line(&format!("{name}[r] = {v};")));
+            }
+            Stmt::Update { var, combine: how, value } => {
+                let shape = self.k.var(*var).clone();
+                let src = self.sources(*value, &[*value]);
+                let name = format!("acc{}", var.0);
+                self.for_owned(&shape, |e, l| {
+                    let v = e.read(&src[0], l);
+                    let rhs = match how {
+                        Combine::Set => v,
+                        Combine::Reduce(op) => combine(*op, &format!("{name}[r]"), &v),
+                    };
+                    e.line(&format!("{name}[r] = {rhs};"));
+                });
+            }
+            Stmt::Loop(l) => {
+                let o = self.fresh("o");
+                if !l.origin.is_empty() {
+                    self.line(&format!("/* {} */", l.origin));
+                }
+                let size = self.size(l.dim);
+                let (start, end) = match l.kind {
+                    LoopKind::Block => {
+                        let slot = self.k.dim_slot(l.dim);
+                        let b = self.k.grid.block_extent(l.dim).unwrap_or(1);
+                        (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
+                    }
+                    LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
+                };
+                self.line(&format!("for (long long {o} = {start}; {o} < {end}; {o} += {}) {{", l.step));
+                self.depth += 1;
+                self.offsets.push((l.dim, o));
+                self.stmts(&l.body)?;
+                self.offsets.pop();
+                self.depth -= 1;
+                self.line("}");
+            }
+            Stmt::Store { value, tile } => {
+                let src = self.sources(*value, &[*value]);
+                let out_dims = self.k.output.dims.clone();
+                let store = format!("dt_store_{}", self.dtype.name());
+                self.for_owned(tile, |e, l| {
+                    let conds: Vec<String> = out_dims.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
+                    let addr: Vec<String> = out_dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * args.output_strides[{a}]", e.offset(*d), l.lane(*d))).collect();
+                    let v = e.read(&src[0], l);
+                    e.line(&format!("if ({}) out[{}] = {store}({v});", conds.join(" && "), addr.join(" + ")));
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, id: ValueId, op: &Op) -> Result<(), EmitError> {
+        let shape = self.k.value(id).shape.clone();
+        let dst = format!("v{}", id.0);
+        match op {
+            Op::Const(c) => {
+                self.declare(&dst, &shape);
+                let c = float_lit(*c);
+                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {c};")));
+            }
+            Op::Scalar(i) => {
+                self.declare(&dst, &shape);
+                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = args.scalars[{i}];")));
+            }
+            Op::Len(d) => {
+                self.declare(&dst, &shape);
+                let s = self.size(*d);
+                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = (float){s};")));
+            }
+            Op::Index(d) => {
+                self.declare(&dst, &shape);
+                let o = self.offset(*d);
+                self.for_owned(&shape, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
+            }
+            Op::Load { input, axes } => {
+                self.declare(&dst, &shape);
+                let load = format!("dt_load_{}", self.dtype.name());
+                self.for_owned(&shape, |e, l| {
+                    let conds: Vec<String> = axes.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
+                    let addr: Vec<String> = axes.iter().enumerate().map(|(a, d)| format!("({} + {}) * args.input_strides[{input}][{a}]", e.offset(*d), l.lane(*d))).collect();
+                    let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
+                    e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{}]) : 0.0f;", addr.join(" + ")));
+                });
+            }
+            Op::Unary(u, a) => {
+                let src = self.sources(id, &[*a]);
+                self.declare(&dst, &shape);
+                self.for_owned(&shape, |e, l| {
+                    let v = e.read(&src[0], l);
+                    e.line(&format!("{dst}[r] = {};", unary(*u, &v)));
+                });
+            }
+            Op::Binary(b, x, y) => {
+                let src = self.sources(id, &[*x, *y]);
+                self.declare(&dst, &shape);
+                self.for_owned(&shape, |e, l| {
+                    let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
+                    e.line(&format!("{dst}[r] = {};", binary(*b, &vx, &vy)));
+                });
+            }
+            Op::Select(c, x, y) => {
+                let src = self.sources(id, &[*c, *x, *y]);
+                self.declare(&dst, &shape);
+                self.for_owned(&shape, |e, l| {
+                    let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
+                    e.line(&format!("{dst}[r] = {vc} != 0.0f ? {vx} : {vy};"));
+                });
+            }
+            Op::MaskFill { value, dim, fill } => {
+                let src = self.sources(id, &[*value]);
+                self.declare(&dst, &shape);
+                let fill = float_lit(*fill);
+                self.for_owned(&shape, |e, l| {
+                    let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { "1".into() };
+                    let v = e.read(&src[0], l);
+                    e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
+                });
+            }
+            Op::Reduce { op, value, dim } => {
+                let sv = self.k.value(*value).shape.clone();
+                self.sources(id, &[*value]);
+                let slot = self.slot(0);
+                self.declare(&dst, &shape);
+                let (n, st) = (sv.extent(*dim).unwrap_or(1), sv.stride(*dim));
+                let ident = float_lit(op.identity());
+                self.for_owned(&shape, |e, l| {
+                    let acc = e.fresh("a");
+                    e.line(&format!("float {acc} = {ident};"));
+                    e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = {};", combine(*op, &acc, &format!("{slot}[{} + q * {st}]", l.index(&sv)))));
+                    e.line(&format!("{dst}[r] = {acc};"));
+                });
+            }
+            Op::Dot { a, b, dim } => {
+                let (sa, sb) = (self.k.value(*a).shape.clone(), self.k.value(*b).shape.clone());
+                self.sources(id, &[*a, *b]);
+                let (s0, s1) = (self.slot(0), self.slot(1));
+                self.declare(&dst, &shape);
+                let (n, ta, tb) = (sa.extent(*dim).unwrap_or(1), sa.stride(*dim), sb.stride(*dim));
+                self.for_owned(&shape, |e, l| {
+                    let acc = e.fresh("a");
+                    e.line(&format!("float {acc} = 0.0f;"));
+                    e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = fmaf({s0}[{} + q * {ta}], {s1}[{} + q * {tb}], {acc});", l.index(&sa), l.index(&sb)));
+                    e.line(&format!("{dst}[r] = {acc};"));
+                });
+            }
+            Op::Var(v) => {
+                self.declare(&dst, &shape);
+                let src = format!("acc{}", v.0);
+                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {src}[r];")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `text` uses the identifier `name` (not merely a longer identifier that starts with it).
+fn mentions(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back().is_none_or(|c| !ident(c));
+        let after = text[i + name.len()..].chars().next().is_none_or(|c| !ident(c));
+        before && after
+    })
+}
+
+/// Register slots per thread up to which element loops are unrolled (keeping the tile in
+/// registers); larger tiles keep the loop, which bounds code size and compile time.
+const UNROLL_LIMIT: usize = 16;
+
+fn unroll(regs: usize) -> &'static str {
+    if regs <= UNROLL_LIMIT {
+        "#pragma unroll"
+    } else {
+        "#pragma unroll 1"
+    }
+}

@@ -1,0 +1,246 @@
+//! Random valid schedules for a spec: the raw material of schedule search, and of the property
+//! test that every schedule keeps the meaning of its algorithm.
+//!
+//! A schedule is produced as source text (`f.block(...); ...`) appended to the spec's algorithm,
+//! so that it goes through the same checker as a hand-written one and a failing case can be
+//! printed as a spec that reproduces it.
+
+use crate::algo::{DimId, FuncId, Program};
+use crate::ast::Item;
+use crate::check::expanded_reads;
+use crate::diag::Diagnostic;
+use crate::schedule::MapEntry;
+
+/// A small deterministic random source (xorshift64*), so a schedule is reproducible from its seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// Limits on the schedules drawn.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Sizes the schedule must accept: the bound given to `d:0` tiles of unblocked dimensions.
+    pub max_size: u64,
+    /// Largest tile (elements) of any value.
+    pub max_tile_elements: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_size: 300, max_tile_elements: 1 << 14 }
+    }
+}
+
+/// The spec without its schedule statements (declarations and definitions, one per line).
+pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let file = crate::parser::parse(src, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let mut out = String::new();
+    for item in &file.items {
+        let span = match item {
+            Item::Decl { span, .. } | Item::Def { span, .. } => span,
+            Item::Sched { .. } => continue,
+        };
+        out += &src[span.start as usize..span.end as usize];
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// A random valid schedule for every kernel of `p`, appended to `algorithm` (the spec without
+/// its schedule, from [`algorithm_text`]): a complete spec. Which Funcs are kernels and their
+/// element types stay as in `p`. Draws until every tile fits `opts.max_tile_elements`, falling
+/// back to tiles of one element.
+pub fn random_spec(algorithm: &str, p: &Program, rng: &mut Rng, opts: &Options) -> String {
+    for _ in 0..64 {
+        let mut text = algorithm.to_string();
+        for &k in &p.kernels {
+            text += &draw(p, k, rng, opts);
+        }
+        if fits(&text, opts) {
+            return text;
+        }
+    }
+    let mut text = algorithm.to_string();
+    for &k in &p.kernels {
+        text += &draw_minimal(p, k, rng);
+    }
+    text
+}
+
+/// Whether a spec checks, lowers, and keeps every tile under the limit.
+fn fits(spec: &str, opts: &Options) -> bool {
+    let Ok(p) = crate::compile_spec(spec) else { return false };
+    p.kernels.iter().all(|&k| crate::lower::lower(&p, k).is_ok_and(|kir| kir.max_tile_elements() <= opts.max_tile_elements))
+}
+
+/// The statements every schedule of kernel `k` keeps: its element types and `compile()`.
+fn kernel_marks(p: &Program, k: FuncId) -> Vec<String> {
+    let f = p.func(k);
+    let types: Vec<&str> = f.schedule.dtypes.iter().map(|d| d.name()).collect();
+    vec![format!("{}.dtypes({});", f.name, types.join(", ")), format!("{}.compile();", f.name)]
+}
+
+const BLOCKS: &[u32] = &[1, 2, 3, 4, 5, 8, 12, 16, 32, 64, 100, 128];
+const TILES: &[u32] = &[1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+fn name(p: &Program, d: DimId) -> &str {
+    p.dim_name(d)
+}
+
+fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
+    let f = p.func(k);
+    let kname = &f.name;
+    let mut lines = Vec::new();
+    let mut budget = opts.max_tile_elements as u64;
+    // block: each dimension blocked with some chance.
+    let mut blocked: Vec<(DimId, u32)> = Vec::new();
+    for &d in &f.dims {
+        if rng.chance(70) {
+            blocked.push((d, rng.pick(BLOCKS)));
+        }
+    }
+    if !blocked.is_empty() {
+        lines.push(format!("{kname}.block({});", blocked.iter().map(|(d, b)| format!("{}:{b}", name(p, *d))).collect::<Vec<_>>().join(", ")));
+    }
+    // tensorize: every dimension the kernel computes over, within the element budget.
+    let mut tiles = Vec::new();
+    let mut bounds = Vec::new();
+    let mut dims: Vec<DimId> = f.dims.clone();
+    dims.extend(p.kernel_dims(k).into_iter().filter(|d| !f.dims.contains(d)));
+    for d in dims {
+        let block = blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b);
+        let choice = match block {
+            Some(b) => {
+                let divisors: Vec<u32> = TILES.iter().copied().filter(|t| b % t == 0).collect();
+                let t = if rng.chance(25) { 0 } else { rng.pick(&divisors) };
+                (t, if t == 0 { b } else { t })
+            }
+            None => {
+                if rng.chance(15) {
+                    bounds.push(d);
+                    (0, (opts.max_size as u32).next_power_of_two())
+                } else {
+                    let t = rng.pick(TILES);
+                    (t, t)
+                }
+            }
+        };
+        let (written, extent) = if choice.1 as u64 > budget { (1, 1) } else { choice };
+        if written == 0 && block.is_none() && extent == 1 {
+            bounds.retain(|x| *x != d);
+        }
+        budget /= extent.max(1) as u64;
+        budget = budget.max(1);
+        if written != 1 || rng.chance(30) {
+            tiles.push(format!("{}:{written}", name(p, d)));
+        }
+    }
+    if !tiles.is_empty() {
+        lines.push(format!("{kname}.tensorize({});", tiles.join(", ")));
+    }
+    bounds.retain(|d| tiles.iter().any(|t| t == &format!("{}:0", name(p, *d))));
+    if !bounds.is_empty() {
+        lines.push(format!("{kname}.bound({});", bounds.iter().map(|d| format!("{}:{}", name(p, *d), opts.max_size)).collect::<Vec<_>>().join(", ")));
+    }
+    // map: a random order of the blocked dimensions, sometimes with one split.
+    if !blocked.is_empty() && rng.chance(60) {
+        let mut order: Vec<DimId> = blocked.iter().map(|(d, _)| *d).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let mut entries: Vec<MapEntry> = order.iter().map(|d| MapEntry::Whole(*d)).collect();
+        if rng.chance(50) {
+            let i = rng.below(entries.len() as u64) as usize;
+            let d = order[i];
+            let factor = rng.pick(&[1u32, 2, 3, 8]);
+            entries[i] = MapEntry::Outer { dim: d, factor };
+            let at = i + 1 + rng.below((entries.len() - i) as u64) as usize;
+            entries.insert(at, MapEntry::Inner { dim: d, factor, name: "g1".into() });
+        }
+        let text: Vec<String> = entries
+            .iter()
+            .map(|e| match e {
+                MapEntry::Whole(d) => name(p, *d).to_string(),
+                MapEntry::Outer { dim, factor } => format!("{}:g1/{factor}", name(p, *dim)),
+                MapEntry::Inner { name, .. } => name.clone(),
+            })
+            .collect();
+        lines.push(format!("{kname}.map({});", text.join(", ")));
+    }
+    lines.push(format!("{kname}.num_warps({});", rng.pick(&[1, 2, 4, 8, 16, 32])));
+    lines.push(format!("{kname}.num_stages({});", rng.pick(&[1, 2, 3, 4])));
+    lines.extend(placements(p, k, rng));
+    lines.extend(kernel_marks(p, k));
+    lines.join("\n") + "\n"
+}
+
+/// `fuse_at` for every producer the kernel places, at a random valid level: at or inside the
+/// innermost loop it is read at, and at or inside the levels of the placed Funcs it reads.
+fn placements(p: &Program, k: FuncId, rng: &mut Rng) -> Vec<String> {
+    let kdims = &p.func(k).dims;
+    let reads = expanded_reads(p, k);
+    let mut levels: Vec<(FuncId, usize)> = Vec::new();
+    let mut out = Vec::new();
+    for g in p.producers(k) {
+        let Some((c, _)) = p.func(g).schedule.fuse_at else { continue };
+        if c != k {
+            continue;
+        }
+        let mut lo = 0;
+        for (f, labels) in &reads {
+            if *f == g {
+                for l in labels {
+                    if let Some(pos) = kdims.iter().position(|x| x == l) {
+                        lo = lo.max(pos);
+                    }
+                }
+            }
+        }
+        for (f, _) in expanded_reads(p, g) {
+            if let Some((_, lvl)) = levels.iter().find(|(x, _)| *x == f) {
+                lo = lo.max(*lvl);
+            }
+        }
+        let level = lo + rng.below((kdims.len() - lo) as u64) as usize;
+        levels.push((g, level));
+        out.push(format!("{}.fuse_at({}, {});", p.func(g).name, p.func(k).name, p.dim_name(kdims[level])));
+    }
+    out
+}
+
+fn draw_minimal(p: &Program, k: FuncId, rng: &mut Rng) -> String {
+    let mut lines = placements(p, k, rng);
+    lines.extend(kernel_marks(p, k));
+    lines.join("\n") + "\n"
+}
