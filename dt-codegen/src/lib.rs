@@ -3,5 +3,6 @@
 
 pub mod abi;
 pub mod emit;
+pub mod generate;
 pub mod host;
 pub mod npy;

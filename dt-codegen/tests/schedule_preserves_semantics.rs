@@ -56,7 +56,7 @@ fn build_suite(name: &str, rel: &str) -> Suite {
     }
     let items: Vec<(&Kernel, DType, String)> = drawn.iter().enumerate().flat_map(|(i, d)| d.kernels.iter().map(move |k| (k, d.dtype, symbol(k, d.dtype, i)))).collect();
     let c = dt_codegen::emit::c::emit_file(&format!("schedules of {rel}"), &items).expect("emits");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schedule_preserves_semantics");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schedule_preserves_semantics").join(std::process::id().to_string());
     let lib = dt_codegen::host::compile_with(&c, &dir, name, "-O1").unwrap_or_else(|e| panic!("{e}"));
     Suite { drawn, lib }
 }

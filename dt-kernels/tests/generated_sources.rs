@@ -1,0 +1,95 @@
+//! The checked-in generated sources (`dt-kernels/generated/`): fresh, and accepted by the real
+//! toolchains: nvcc for sm_80 and sm_90a, hipcc for gfx90a, gcc and clang for the CPU C, all
+//! with warnings as errors. Without a toolchain a test says so and passes, unless
+//! `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a missing toolchain fails.
+
+use build_support::cuda::{self, Arch};
+use build_support::{hip, BuildEnv};
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+}
+
+fn generated(ext: &str) -> Vec<PathBuf> {
+    let dir = workspace().join("dt-kernels/generated");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir).expect("generated dir").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect();
+    v.sort();
+    assert!(!v.is_empty(), "no .{ext} files under {}", dir.display());
+    v
+}
+
+/// A toolchain, or `None` after saying why the test is skipped (a failure under CI).
+fn require(tool: &str, found: Option<PathBuf>) -> Option<PathBuf> {
+    if found.is_none() {
+        if std::env::var_os("DT_REQUIRE_TOOLCHAINS").is_some() {
+            panic!("{tool} not found, and DT_REQUIRE_TOOLCHAINS is set (source .venv/toolchains.env after .ci/install-toolchains.sh)");
+        }
+        eprintln!("skipped: {tool} not found (run .ci/install-toolchains.sh and source .venv/toolchains.env)");
+    }
+    found
+}
+
+/// nvcc through the usual search, then the project's own install under `.venv/cuda`.
+fn nvcc() -> Option<PathBuf> {
+    cuda::find_nvcc(&BuildEnv::from_process()).or_else(|| Some(workspace().join(".venv/cuda/bin/nvcc")).filter(|p| p.exists()))
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name).join(std::process::id().to_string());
+    std::fs::create_dir_all(&d).expect("tmp dir");
+    d
+}
+
+#[test]
+fn generated_sources_are_fresh() {
+    for entry in std::fs::read_dir(workspace().join("dt-kernels/specs")).expect("specs").flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "dt") {
+            continue;
+        }
+        let name = path.file_stem().expect("stem").to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(&path).expect("spec");
+        let outputs = dt_codegen::generate::generate(&name, &format!("dt-kernels/specs/{name}.dt"), &src).expect("spec compiles");
+        for (file, contents) in outputs.files() {
+            let on_disk = std::fs::read_to_string(workspace().join("dt-kernels/generated").join(&file)).unwrap_or_default();
+            assert!(on_disk == contents, "dt-kernels/generated/{file} is stale: run `cargo xtask regen`");
+        }
+    }
+}
+
+#[test]
+fn generated_cuda_compiles_for_sm80_and_sm90a() {
+    let Some(nvcc) = require("nvcc", nvcc()) else { return };
+    let dir = out_dir("cuda");
+    for src in generated("cu") {
+        for arch in [Arch::new(80), Arch::with_suffix(90, 'a')] {
+            let out = dir.join(format!("{}.{}.cubin", src.file_stem().unwrap().to_string_lossy(), arch.sm()));
+            cuda::compile_cubin(&nvcc, &src, &out, arch, &["-Werror", "all-warnings", "-Xptxas", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+#[test]
+fn generated_hip_compiles_for_gfx90a() {
+    let Some(hipcc) = require("hipcc", hip::find_hipcc(&BuildEnv::from_process())) else { return };
+    let dir = out_dir("hip");
+    for src in generated("hip") {
+        let out = dir.join(format!("{}.gfx90a.hsaco", src.file_stem().unwrap().to_string_lossy()));
+        hip::compile_code_object(&hipcc, &src, &out, "gfx90a", &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn generated_c_compiles_warning_free_with_gcc_and_clang() {
+    let dir = out_dir("c");
+    let compilers: Vec<&str> = ["gcc", "clang", "clang-19"].into_iter().filter(|c| std::process::Command::new(c).arg("--version").output().is_ok()).collect();
+    assert!(compilers.contains(&"gcc"), "gcc is needed to check the generated C");
+    for src in generated("c") {
+        for cc in &compilers {
+            let out = dir.join(format!("{}.{cc}.o", src.file_stem().unwrap().to_string_lossy()));
+            let status = std::process::Command::new(cc).args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"]).arg(&out).arg(&src).output().expect("compiler runs");
+            assert!(status.status.success(), "{cc} rejects {}:\n{}", src.display(), String::from_utf8_lossy(&status.stderr));
+        }
+    }
+}
