@@ -40,3 +40,7 @@ pub const C_DECL: &str = "typedef struct dt_args {
     float scalars[8];
 } dt_args;
 ";
+
+// SAFETY: `DtArgs` is `repr(C)`, made of plain integers and floats, and has the layout of the
+// `dt_args` parameter that generated GPU kernels take by value.
+unsafe impl cudarc::driver::DeviceRepr for DtArgs {}

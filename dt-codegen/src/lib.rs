@@ -2,6 +2,7 @@
 //! block they share, and the pieces the `dtc` command-line compiler shares with build scripts.
 
 pub mod abi;
+pub mod cuda_run;
 pub mod emit;
 pub mod generate;
 pub mod host;

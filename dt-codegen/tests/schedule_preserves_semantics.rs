@@ -22,7 +22,7 @@ const SCHEDULES: usize = 64;
 const CASES: u32 = 200;
 
 /// Most work (product of every dimension's size) per case, so that big sizes stay quick.
-const MAX_WORK: usize = 1 << 21;
+const MAX_WORK: usize = 1 << 19;
 
 struct Drawn {
     spec: String,

@@ -9,12 +9,11 @@
 use crate::algo::{Expr, FuncId, Program};
 use crate::dtype::DType;
 use crate::tensor::{bind, strides, ArgError, Args, Bound, Tensor};
-use std::collections::HashMap;
 
 /// Evaluates kernel `k` on `args`, for element type `dtype`.
 pub fn evaluate(p: &Program, k: FuncId, args: &Args, dtype: DType) -> Result<Tensor, ArgError> {
     let bound = bind(p, k, args)?;
-    let mut ev = Evaluator { p, bound: &bound, dtype, memo: HashMap::new(), input_of: input_slots(p, k), scalar_of: scalar_slots(p, k) };
+    let mut ev = Evaluator { p, bound: &bound, dtype, memo: Vec::new(), input_of: input_slots(p, k), scalar_of: scalar_slots(p, k) };
     let f = p.func(k);
     let mut out = Tensor::zeros(bound.out_shape.clone());
     let mut env = vec![0usize; p.dims.len()];
@@ -50,8 +49,9 @@ struct Evaluator<'a> {
     p: &'a Program,
     bound: &'a Bound<'a>,
     dtype: DType,
-    /// Funcs read by the kernel, computed whole over the labels they are read under.
-    memo: HashMap<(FuncId, Vec<crate::algo::DimId>), Tensor>,
+    /// Funcs read by the kernel, computed whole over the labels they are read under, with the
+    /// strides of the result.
+    memo: Vec<(FuncId, Vec<crate::algo::DimId>, Tensor, Vec<usize>)>,
     input_of: Vec<Option<usize>>,
     scalar_of: Vec<Option<usize>>,
 }
@@ -70,14 +70,17 @@ impl Evaluator<'_> {
                 self.dtype.round(t.data[flat])
             }
             Expr::Read { func, index } => {
-                let key = (*func, index.clone());
-                if !self.memo.contains_key(&key) {
-                    let t = self.materialize(*func, index);
-                    self.memo.insert(key.clone(), t);
-                }
-                let t = &self.memo[&key];
-                let st = strides(&t.shape);
-                let flat: usize = index.iter().zip(&st).map(|(d, s)| env[d.index()] * s).sum();
+                let slot = match self.memo.iter().position(|(f, l, _, _)| f == func && l == index) {
+                    Some(slot) => slot,
+                    None => {
+                        let t = self.materialize(*func, index);
+                        let st = strides(&t.shape);
+                        self.memo.push((*func, index.clone(), t, st));
+                        self.memo.len() - 1
+                    }
+                };
+                let (_, _, t, st) = &self.memo[slot];
+                let flat: usize = index.iter().zip(st).map(|(d, s)| env[d.index()] * s).sum();
                 t.data[flat]
             }
             Expr::Unary(op, a) => op.apply(self.eval(a, env)),

@@ -67,11 +67,10 @@ fn broadcast_map(to: &Shape, from: &Shape) -> Vec<usize> {
     out
 }
 
-/// The lane along each dimension of `shape` for every element (row-major).
-fn lanes(shape: &Shape) -> Vec<Vec<usize>> {
-    let n = shape.elements();
-    let st: Vec<usize> = shape.dims().map(|d| shape.stride(d)).collect();
-    (0..n).map(|i| shape.0.iter().zip(&st).map(|((_, e), s)| (i / s) % *e as usize).collect()).collect()
+/// Per dimension of a tile: its stride within the tile and its extent, to decode the lane of
+/// element `i` along it as `(i / stride) % extent`.
+fn decoders(shape: &Shape) -> Vec<(usize, usize)> {
+    shape.0.iter().map(|(d, e)| (shape.stride(*d), *e as usize)).collect()
 }
 
 impl Machine<'_> {
@@ -129,10 +128,6 @@ impl Machine<'_> {
         }
     }
 
-    fn valid(&self, d: DimId, lane: usize) -> bool {
-        self.offset(d) + lane < self.size(d)
-    }
-
     fn op(&self, id: ValueId, op: &Op) -> Vec<f32> {
         let shape = &self.k.value(id).shape;
         let n = shape.elements();
@@ -146,16 +141,25 @@ impl Machine<'_> {
             Op::Load { input, axes } => {
                 let t = self.args.inputs[*input];
                 let st = strides(&t.shape);
-                lanes(shape)
+                // Per tile dimension: decoder, offset, size, and the input stride of its axis.
+                let dims: Vec<(usize, usize, usize, usize, usize)> = shape
+                    .0
                     .iter()
-                    .map(|ls| {
+                    .zip(decoders(shape))
+                    .map(|((d, _), (s, e))| {
+                        let axis = axes.iter().position(|x| x == d).expect("load axis in shape");
+                        (s, e, self.offset(*d), self.size(*d), st[axis])
+                    })
+                    .collect();
+                (0..n)
+                    .map(|i| {
                         let mut flat = 0;
-                        for (axis, d) in axes.iter().enumerate() {
-                            let li = shape.0.iter().position(|(x, _)| x == d).expect("load axis in shape");
-                            if !self.valid(*d, ls[li]) {
+                        for &(s, e, off, size, stride) in &dims {
+                            let pos = off + (i / s) % e;
+                            if pos >= size {
                                 return 0.0;
                             }
-                            flat += (self.offset(*d) + ls[li]) * st[axis];
+                            flat += pos * stride;
                         }
                         self.dtype.round(t.data[flat])
                     })
@@ -171,9 +175,15 @@ impl Machine<'_> {
                 (0..n).map(|i| if val(c)[mc[i]] != 0.0 { val(x)[mx[i]] } else { val(y)[my[i]] }).collect()
             }
             Op::MaskFill { value, dim, fill } => {
-                let li = shape.0.iter().position(|(x, _)| x == dim);
                 let src = val(value);
-                lanes(shape).iter().enumerate().map(|(i, ls)| if li.is_none_or(|li| self.valid(*dim, ls[li])) { src[i] } else { *fill }).collect()
+                match shape.extent(*dim) {
+                    None => src.clone(),
+                    Some(e) => {
+                        let (s, e) = (shape.stride(*dim), e as usize);
+                        let (off, size) = (self.offset(*dim), self.size(*dim));
+                        (0..n).map(|i| if off + (i / s) % e < size { src[i] } else { *fill }).collect()
+                    }
+                }
             }
             Op::Reduce { op, value, dim } => {
                 let from = &self.k.value(*value).shape;
@@ -200,15 +210,20 @@ impl Machine<'_> {
     fn store(&mut self, value: ValueId, tile: &Shape) {
         // The output tile lists the output's dimensions in the kernel's order, which is the
         // output's own axis order.
-        let out_dims: Vec<DimId> = tile.dims().collect();
         let map = broadcast_map(tile, &self.k.value(value).shape);
         let st = strides(&self.out.shape);
-        for (i, ls) in lanes(tile).iter().enumerate() {
-            if !out_dims.iter().enumerate().all(|(a, d)| self.valid(*d, ls[a])) {
-                continue;
+        let dims: Vec<(usize, usize, usize, usize, usize)> =
+            tile.0.iter().zip(decoders(tile)).enumerate().map(|(a, ((d, _), (s, e)))| (s, e, self.offset(*d), self.size(*d), st[a])).collect();
+        'element: for (i, m) in map.iter().enumerate() {
+            let mut flat = 0;
+            for &(s, e, off, size, stride) in &dims {
+                let pos = off + (i / s) % e;
+                if pos >= size {
+                    continue 'element;
+                }
+                flat += pos * stride;
             }
-            let flat: usize = out_dims.iter().enumerate().map(|(a, d)| (self.offset(*d) + ls[a]) * st[a]).sum();
-            self.out.data[flat] = self.dtype.round(self.values[value.0 as usize][map[i]]);
+            self.out.data[flat] = self.dtype.round(self.values[value.0 as usize][*m]);
         }
     }
 }

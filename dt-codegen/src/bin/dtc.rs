@@ -85,6 +85,8 @@ enum Target {
 enum Backend {
     /// The generated C, compiled with the system C compiler.
     Cpu,
+    /// The generated CUDA C, compiled with NVRTC, on GPU 0.
+    Cuda,
     /// The kernel-IR interpreter.
     Interp,
 }
@@ -226,6 +228,11 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
 
 fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
     let p = prepare(a)?;
+    let types = p.program.kernel_dtypes(p.kernel);
+    if !types.contains(&p.dtype) {
+        let names: Vec<&str> = types.iter().map(|d| d.name()).collect();
+        return Err(format!("kernel `{}` is not built for {} (its dtypes: {})", p.program.func(p.kernel).name, p.dtype, names.join(", ")));
+    }
     let kir = dt_core::lower::lower(&p.program, p.kernel).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
     let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
     let out = match backend {
@@ -238,6 +245,13 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
             let out = lib.run(&symbol, &kir, &bound, p.dtype).map_err(|e| e.to_string());
             let _ = std::fs::remove_dir_all(&dir);
             out?
+        }
+        Backend::Cuda => {
+            let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
+            let (src, infos) = dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)]).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+            let gpu = dt_codegen::cuda_run::CudaRunner::new(0).map_err(|e| format!("dtc run: {e}"))?;
+            let module = gpu.compile(&src).map_err(|e| format!("dtc run: {e}"))?;
+            gpu.run(&module, &infos[0], &kir, &bound, p.dtype).map_err(|e| format!("dtc run: {e}"))?
         }
     };
     npy::write(&a.output, &out, p.dtype)

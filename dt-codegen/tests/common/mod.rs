@@ -7,8 +7,15 @@ use dt_core::tensor::{Args, Tensor};
 use dt_core::DType;
 use std::path::PathBuf;
 
+/// The workspace root: where this test was built, or, when the binary runs elsewhere (copied
+/// to a GPU machine), the current directory.
 pub fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    if built.exists() {
+        built
+    } else {
+        std::env::current_dir().expect("current directory")
+    }
 }
 
 /// A spec's path relative to the workspace, and its text.

@@ -1,0 +1,121 @@
+//! Runs generated CUDA kernels on an NVIDIA GPU through cudarc: compiles the source with NVRTC
+//! (once per source), uploads host tensors, launches, and reads the output back. The engine
+//! behind `dtc run --backend cuda` and the GPU tests. Needs a driver at run time only.
+
+use crate::abi::DtArgs;
+use crate::emit::gpu::LaunchInfo;
+use crate::host::{check_bounds, fill_args};
+use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use dt_core::kir::Kernel;
+use dt_core::tensor::{Bound, Tensor};
+use dt_core::DType;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct GpuError(pub String);
+
+impl std::fmt::Display for GpuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> GpuError + '_ {
+    move |e| GpuError(format!("{what}: {e}"))
+}
+
+/// A CUDA context and stream on one GPU.
+pub struct CudaRunner {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+}
+
+/// Device memory of one tensor in an element type.
+enum DeviceBuf {
+    F32(CudaSlice<f32>),
+    Half(CudaSlice<u16>),
+}
+
+impl CudaRunner {
+    /// Opens GPU `ordinal`; fails (without panicking) where there is no driver or GPU.
+    pub fn new(ordinal: usize) -> Result<CudaRunner, GpuError> {
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| GpuError("the CUDA driver library could not be loaded".into()))?
+            .map_err(err("no CUDA GPU"))?;
+        let stream = ctx.default_stream();
+        Ok(CudaRunner { ctx, stream })
+    }
+
+    /// `compute_XY` of the GPU, for NVRTC.
+    pub fn arch(&self) -> Result<&'static str, GpuError> {
+        let (major, minor) = self.ctx.compute_capability().map_err(err("compute capability"))?;
+        let name = format!("compute_{major}{minor}");
+        Ok(Box::leak(name.into_boxed_str()))
+    }
+
+    /// Compiles CUDA C with NVRTC for this GPU and loads it.
+    pub fn compile(&self, source: &str) -> Result<Arc<CudaModule>, GpuError> {
+        let opts = cudarc::nvrtc::CompileOptions { arch: Some(self.arch()?), options: vec!["--std=c++17".into()], ..Default::default() };
+        let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts))
+            .map_err(|_| GpuError("the NVRTC library could not be loaded".into()))?
+            .map_err(|e| GpuError(format!("NVRTC: {e}")))?;
+        self.ctx.load_module(ptx).map_err(err("loading the module"))
+    }
+
+    /// Loads a fatbin, cubin or PTX image made by nvcc.
+    pub fn load_image(&self, image: &[u8]) -> Result<Arc<CudaModule>, GpuError> {
+        let ptx = cudarc::nvrtc::Ptx::from_binary(image.to_vec());
+        self.ctx.load_module(ptx).map_err(err("loading the module"))
+    }
+
+    fn upload(&self, t: &Tensor, dtype: DType) -> Result<DeviceBuf, GpuError> {
+        Ok(match dtype {
+            DType::F32 => DeviceBuf::F32(self.stream.clone_htod(&t.data).map_err(err("upload"))?),
+            DType::F16 => DeviceBuf::Half(self.stream.clone_htod(&t.data.iter().map(|v| half::f16::from_f32(*v).to_bits()).collect::<Vec<_>>()).map_err(err("upload"))?),
+            DType::BF16 => DeviceBuf::Half(self.stream.clone_htod(&t.data.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<_>>()).map_err(err("upload"))?),
+        })
+    }
+
+    fn addr(&self, b: &DeviceBuf) -> u64 {
+        match b {
+            DeviceBuf::F32(s) => s.device_ptr(&self.stream).0,
+            DeviceBuf::Half(s) => s.device_ptr(&self.stream).0,
+        }
+    }
+
+    /// Runs kernel `k` (emitted with launch parameters `info`) from `module` on bound host
+    /// arguments. The output starts as NaN, so an element the kernel fails to write shows.
+    pub fn run(&self, module: &Arc<CudaModule>, info: &LaunchInfo, k: &Kernel, bound: &Bound, dtype: DType) -> Result<Tensor, GpuError> {
+        check_bounds(k, bound).map_err(|e| GpuError(e.0))?;
+        let inputs: Vec<DeviceBuf> = bound.inputs.iter().map(|t| self.upload(t, dtype)).collect::<Result<_, _>>()?;
+        let n: usize = bound.out_shape.iter().product();
+        let out = self.upload(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype)?;
+        let addrs: Vec<u64> = inputs.iter().map(|b| self.addr(b)).collect();
+        let args: DtArgs = fill_args(k, bound, &addrs, self.addr(&out));
+        let programs = k.grid.programs(&bound.sizes);
+        if programs > i32::MAX as usize {
+            return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
+        }
+        if programs > 0 && n > 0 {
+            let f = module.load_function(&info.symbol).map_err(err("kernel symbol"))?;
+            if info.shared_bytes > 48 * 1024 {
+                f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.shared_bytes as i32).map_err(err("shared memory limit"))?;
+            }
+            let cfg = LaunchConfig { grid_dim: (programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
+            let mut launch = self.stream.launch_builder(&f);
+            launch.arg(&args);
+            // SAFETY: the kernel takes one `dt_args` by value; every pointer in it refers to a
+            // live device buffer sized for the shapes the kernel reads and writes.
+            unsafe { launch.launch(cfg) }.map_err(err("launch"))?;
+        }
+        self.stream.synchronize().map_err(err("kernel execution"))?;
+        let data = match (&out, dtype) {
+            (DeviceBuf::F32(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?,
+            (DeviceBuf::Half(s), DType::BF16) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
+            (DeviceBuf::Half(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+        };
+        Ok(Tensor { shape: bound.out_shape.clone(), data })
+    }
+}
