@@ -1,0 +1,121 @@
+//! The `dtc` command line, run as a user runs it: `check` on the library specs, `emit --target
+//! kir` against the checked-in kernel IR (golden files, re-blessed by `cargo xtask regen`), and
+//! `eval` / `run --backend cpu` against numpy on `.npy` files numpy wrote (numpy from the
+//! project's `.venv`, installed by CI; without it the numpy test says so and passes, unless
+//! `DT_REQUIRE_TOOLCHAINS=1`).
+
+mod common;
+
+use common::workspace;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dtc() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dtc"));
+    c.current_dir(workspace());
+    c
+}
+
+fn library_specs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(workspace().join("dt-kernels/specs")).expect("specs").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "dt")).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn dtc_check_accepts_every_library_spec() {
+    let out = dtc().arg("check").args(library_specs()).output().expect("dtc runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn dtc_check_reports_a_located_error_and_exits_1() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dtc_cli_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.dt");
+    std::fs::write(&bad, "Func f; In A; Var x;\nf[x] = A[x, z];\nf.compile();\n").unwrap();
+    let out = dtc().arg("check").arg(&bad).output().expect("dtc runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.dt:2:13: error: `z` is not a declared dimension"), "{err}");
+    assert!(err.contains("^"), "{err}");
+}
+
+#[test]
+fn dtc_emit_kir_matches_the_checked_in_kernel_ir() {
+    for spec in library_specs() {
+        let name = spec.file_stem().unwrap().to_string_lossy().into_owned();
+        let out = dtc().args(["emit", "--target", "kir"]).arg(&spec).output().expect("dtc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let golden = std::fs::read_to_string(workspace().join(format!("dt-kernels/generated/{name}.kir"))).expect("golden kir");
+        // The golden file starts with a header comment and a blank line.
+        let body = golden.split_once("\n\n").map_or("", |(_, b)| b);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), body, "{name}: kernel IR differs from dt-kernels/generated/{name}.kir (run `cargo xtask regen`)");
+    }
+}
+
+fn python() -> Option<PathBuf> {
+    let p = workspace().join(".venv/bin/python");
+    let ok = p.exists() && Command::new(&p).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        if std::env::var_os("DT_REQUIRE_TOOLCHAINS").is_some() {
+            panic!("numpy not found in .venv (run .ci/install-toolchains.sh and .venv/bin/pip install numpy)");
+        }
+        eprintln!("skipped: numpy not found in .venv");
+        return None;
+    }
+    Some(p)
+}
+
+fn run_py(py: &Path, script: &str, dir: &Path) -> String {
+    let out = Command::new(py).arg("-c").arg(script).current_dir(dir).output().expect("python runs");
+    assert!(out.status.success(), "python failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn dtc_eval_and_cpu_run_match_numpy() {
+    let Some(py) = python() else { return };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dtc_numpy_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    run_py(
+        &py,
+        "import numpy as np\nr = np.random.default_rng(7)\n\
+         np.save('a.npy', r.standard_normal((67, 131)).astype(np.float32))\n\
+         np.save('b.npy', r.standard_normal((131, 45)).astype(np.float32))\n\
+         np.save('w.npy', r.standard_normal(131).astype(np.float32))\n\
+         np.save('bias.npy', r.standard_normal(131).astype(np.float32))\n",
+        &dir,
+    );
+    let specs = workspace().join("dt-kernels/specs");
+    let cases: [(&str, Vec<String>); 3] = [
+        ("matmul", vec!["--input".into(), "A=a.npy".into(), "--input".into(), "B=b.npy".into()]),
+        ("softmax", vec!["--input".into(), "A=a.npy".into()]),
+        ("layernorm", vec!["--input".into(), "X=a.npy".into(), "--input".into(), "W=w.npy".into(), "--input".into(), "B=bias.npy".into(), "--scalar".into(), "eps=1e-5".into()]),
+    ];
+    for (name, args) in &cases {
+        for (cmd, out) in [(vec!["eval"], format!("{name}_eval.npy")), (vec!["run", "--backend", "cpu"], format!("{name}_cpu.npy"))] {
+            let o = Command::new(env!("CARGO_BIN_EXE_dtc")).current_dir(&dir).args(&cmd).arg(specs.join(format!("{name}.dt"))).args(args).args(["--output", &out]).output().expect("dtc runs");
+            assert!(o.status.success(), "dtc {cmd:?} {name}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    let report = run_py(
+        &py,
+        "import numpy as np\n\
+         a = np.load('a.npy').astype(np.float64); b = np.load('b.npy').astype(np.float64)\n\
+         w = np.load('w.npy'); bias = np.load('bias.npy')\n\
+         e = np.exp(a - a.max(1, keepdims=True))\n\
+         m = a.mean(1, keepdims=True); v = ((a - m) ** 2).mean(1, keepdims=True)\n\
+         want = {'matmul': a @ b, 'softmax': e / e.sum(1, keepdims=True), 'layernorm': (a - m) / np.sqrt(v + 1e-5) * w + bias}\n\
+         for n, ref in want.items():\n\
+         \x20   for how in ('eval', 'cpu'):\n\
+         \x20       got = np.load(f'{n}_{how}.npy')\n\
+         \x20       print(n, how, np.linalg.norm(got - ref) / np.linalg.norm(ref))\n",
+        &dir,
+    );
+    for line in report.lines() {
+        let rel: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(rel < 1e-5, "relative error against numpy too large: {line}");
+    }
+    assert_eq!(report.lines().count(), 6, "{report}");
+}
