@@ -36,7 +36,8 @@ enum Entity {
 /// already hold the parser's).
 pub fn check(file: &ast::File, diags: &mut Vec<Diagnostic>) -> Option<Program> {
     let errors_before = diags.len();
-    let mut cx = Checker { prog: Program::default(), names: HashMap::new(), diags, defs: Vec::new(), sched_spans: Vec::new() };
+    let complete = errors_before == 0;
+    let mut cx = Checker { prog: Program::default(), names: HashMap::new(), diags, defs: Vec::new(), broken: Vec::new(), sched_spans: Vec::new(), complete };
     cx.declare(file);
     cx.define(file);
     // Schedules are checked on acyclic programs only: their rules follow reads transitively.
@@ -71,7 +72,22 @@ struct Checker<'a, 'd> {
     names: HashMap<String, (Entity, Span)>,
     diags: &'d mut Vec<Diagnostic>,
     defs: Vec<Option<Def<'a>>>,
+    /// Funcs whose definition has an error. Checks that depend on what a Func reads are skipped
+    /// for them, so that one mistake is not reported again as its consequences.
+    broken: Vec<bool>,
     sched_spans: Vec<SchedSpans>,
+    /// Whether every statement parsed. If not, errors about something missing (a definition, a
+    /// `compile()`, a `block`, a `fuse_at`) are not reported: it may be in the broken statement.
+    complete: bool,
+}
+
+/// `1 dimension`, `2 dimensions`, `1 index`, `3 indices`.
+fn count(n: usize, noun: &str) -> String {
+    match (n, noun) {
+        (1, _) => format!("1 {noun}"),
+        (_, "index") => format!("{n} indices"),
+        _ => format!("{n} {noun}s"),
+    }
 }
 
 fn list(names: impl IntoIterator<Item = impl AsRef<str>>) -> String {
@@ -102,21 +118,22 @@ impl<'a, 'd> Checker<'a, 'd> {
         for item in &file.items {
             let Item::Decl { kind, names, .. } = item else { continue };
             for id in names {
-                if let Some((_, prev)) = self.names.get(&id.name) {
-                    let prev = *prev;
-                    let (line_hint, _) = (prev.start, 0);
-                    let _ = line_hint;
-                    self.err(id.span, format!("`{}` is declared twice", id.name), "each name is declared once; all names share one namespace");
+                if let Some((prev, _)) = self.names.get(&id.name) {
+                    let label = format!("already declared as {}; each name is declared once, and all names share one namespace", Self::kind_word(*prev));
+                    self.err(id.span, format!("`{}` is declared twice", id.name), label);
                     continue;
                 }
-                if BUILTIN_CONSTANTS.contains(&id.name.as_str()) || DType::from_name(&id.name).is_some() {
-                    self.err(id.span, format!("`{}` is a reserved name", id.name), "choose another name");
-                    continue;
+                // Reported, then declared all the same, so that its uses are not errors too.
+                if BUILTIN_CONSTANTS.contains(&id.name.as_str()) {
+                    self.err(id.span, format!("`{}` is a reserved name", id.name), "it is a builtin constant; choose another name");
+                } else if DType::from_name(&id.name).is_some() {
+                    self.err(id.span, format!("`{}` is a reserved name", id.name), "it names an element type; choose another name");
                 }
                 let entity = match kind {
                     DeclKind::Func => {
                         self.prog.funcs.push(Func { name: id.name.clone(), span: id.span, dims: vec![], body: Expr::Const(0.0), schedule: Schedule::default() });
                         self.defs.push(None);
+                        self.broken.push(false);
                         self.sched_spans.push(SchedSpans::default());
                         Entity::Func(FuncId(self.prog.funcs.len() as u32 - 1))
                     }
@@ -204,14 +221,17 @@ impl<'a, 'd> Checker<'a, 'd> {
                 self.defs[f.index()] = Some(Def { dims: ds.clone(), body, span: *span });
                 self.prog.funcs[f.index()].dims = ds;
                 self.prog.funcs[f.index()].span = func.span;
+            } else {
+                self.broken[f.index()] = true;
             }
         }
         for i in 0..self.defs.len() {
             let Some(def) = self.defs[i].as_ref() else { continue };
             let (dims, body) = (def.dims.clone(), def.body);
             let name = self.prog.funcs[i].name.clone();
-            if let Some(e) = self.expr(body, &name, &dims) {
-                self.prog.funcs[i].body = e;
+            match self.expr(body, &name, &dims) {
+                Some(e) => self.prog.funcs[i].body = e,
+                None => self.broken[i] = true,
             }
         }
     }
@@ -304,7 +324,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                 if let Some(first) = input.labellings.first() {
                     if first.len() != labels.len() {
                         let n = first.len();
-                        self.err(name.span, format!("`{}` is read with {} indices here but {} elsewhere", name.name, labels.len(), n), format!("`{}` has {} axes", name.name, n));
+                        let msg = format!("`{}` is read with {} here but with {n} elsewhere", name.name, count(labels.len(), "index"));
+                        self.err(name.span, msg, format!("an input has one rank: every read of `{}` needs {n} indices, as its first read has", name.name));
                         return None;
                     }
                 }
@@ -316,12 +337,17 @@ impl<'a, 'd> Checker<'a, 'd> {
             Some(Entity::Func(g)) => {
                 let labels = self.labels(index, func, scope)?;
                 let Some(def) = self.defs[g.index()].as_ref() else {
-                    self.err(name.span, format!("`{}` is used but never defined", name.name), format!("define it: `{}[...] = ...;`", name.name));
+                    // A definition with errors, or one in a statement that did not parse, has
+                    // been reported already.
+                    if self.complete && !self.broken[g.index()] {
+                        self.err(name.span, format!("`{}` is used but never defined", name.name), format!("define it: `{}[...] = ...;`", name.name));
+                    }
                     return None;
                 };
                 if def.dims.len() != labels.len() {
-                    let n = def.dims.len();
-                    self.err(name.span, format!("`{}` has {} dimensions but is read with {}", name.name, n, labels.len()), format!("`{}` is defined over [{}]", name.name, self.dims_named(&self.defs[g.index()].as_ref().map(|d| d.dims.clone()).unwrap_or_default())));
+                    let dims = def.dims.clone();
+                    let msg = format!("`{}` has {} but is read with {}", name.name, count(dims.len(), "dimension"), labels.len());
+                    self.err(name.span, msg, format!("`{}` is defined as `{}[{}]`", name.name, name.name, self.dims_named(&dims)));
                     return None;
                 }
                 Some(Expr::Read { func: g, index: labels })
@@ -404,7 +430,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let inner: Vec<DimId> = scope.iter().copied().chain([dim]).collect();
                 let body = self.expr(&args[0], func, &inner)?;
                 if !body.free_dims().contains(&dim) {
-                    self.err(args[0].span, format!("the operand of `{n}` does not vary over `{}`", self.prog.dim_name(dim)), format!("it varies over: {}", self.dims_named(&body.free_dims().into_iter().collect::<Vec<_>>())));
+                    let dn = self.prog.dim_name(dim).to_string();
+                    let label = format!("it varies over: {}; reduce over one of these, or index the operand by `{dn}`", self.dims_named(&body.free_dims().into_iter().collect::<Vec<_>>()));
+                    self.err(args[0].span, format!("the operand of `{n}` does not vary over `{dn}`"), label);
                     return None;
                 }
                 let op = match n {
@@ -456,7 +484,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
                 let free = e.free_dims();
                 if listed != free {
-                    self.err(span, "`reshape` must list exactly the dimensions of its operand", format!("the operand varies over: {}", self.dims_named(&free.into_iter().collect::<Vec<_>>())));
+                    let label = format!(
+                        "the operand varies over: {}, but the list names: {}",
+                        self.dims_named(&free.into_iter().collect::<Vec<_>>()),
+                        self.dims_named(&listed.into_iter().collect::<Vec<_>>())
+                    );
+                    self.err(span, "`reshape` must list exactly the dimensions of its operand", label);
                     return None;
                 }
                 Some(e)
@@ -546,7 +579,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             };
             if self.defs[f.index()].is_none() {
-                self.err(func.span, format!("`{}` is scheduled but never defined", func.name), format!("define it: `{}[...] = ...;`", func.name));
+                if self.complete && !self.broken[f.index()] {
+                    self.err(func.span, format!("`{}` is scheduled but never defined", func.name), format!("define it: `{}[...] = ...;`", func.name));
+                }
                 continue;
             }
             match prim.name.as_str() {
@@ -633,7 +668,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                             }
                             out.push(t);
                         }
-                        other => self.err(other.span(), "unknown element type", "element types are f16, bf16 and f32"),
+                        SchedArg::Name(id) => self.err(id.span, format!("`{}` is not an element type", id.name), "element types are f16, bf16 and f32"),
+                        other => self.err(other.span(), "`dtypes` takes element types", "for example `f.dtypes(f16, bf16, f32);`"),
                     }
                 }
                 if out.is_empty() {
@@ -665,7 +701,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                         }
                         continue;
                     }
-                    if !is_block && !self.computed_dims(f).contains(&d) {
+                    if !is_block && !self.computed_dims(f).contains(&d) && !self.tainted(f) {
                         self.err(id.span, format!("`{}` is not a dimension of `{fname}`", id.name), format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)));
                         continue;
                     }
@@ -698,7 +734,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                     let Some(d) = self.dim(id, &fdims) else { continue };
                     let Some(n) = self.int_arg(*v, *s, "a tile extent") else { continue };
                     if !computed.contains(&d) {
-                        self.err(id.span, format!("`{}` is not a dimension of `{fname}` or of anything it computes", id.name), format!("dimensions here are: {}", self.dims_named(&computed)));
+                        if !self.tainted(f) {
+                            self.err(id.span, format!("`{}` is not a dimension of `{fname}` or of anything it computes", id.name), format!("dimensions here are: {}", self.dims_named(&computed)));
+                        }
                         continue;
                     }
                     if n != 0 && !n.is_power_of_two() {
@@ -729,7 +767,9 @@ impl<'a, 'd> Checker<'a, 'd> {
         self.sched_spans[f.index()].map = Some(span);
         self.sched_spans[f.index()].placement.push(span);
         if self.sched_spans[f.index()].block.is_none() {
-            self.err(span, format!("`map` on `{fname}` needs `block`"), format!("map orders blocks: add `{fname}.block(...)` first"));
+            if self.complete {
+                self.err(span, format!("`map` on `{fname}` needs `block`"), format!("map orders blocks: add `{fname}.block(...)` first"));
+            }
             return;
         }
         let blocked: Vec<DimId> = self.prog.func(f).schedule.block.iter().map(|(d, _)| *d).collect();
@@ -746,7 +786,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                     let Some(d) = self.dim(id, &blocked) else { continue };
                     if !blocked.contains(&d) {
-                        self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), format!("blocked dimensions are: {}", self.dims_named(&blocked)));
+                        let label = format!("blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`", self.dims_named(&blocked), id.name);
+                        self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
                         continue;
                     }
                     if seen.contains(&d) {
@@ -759,7 +800,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                 SchedArg::Split { dim, inner, factor, factor_span } => {
                     let Some(d) = self.dim(dim, &blocked) else { continue };
                     if !blocked.contains(&d) {
-                        self.err(dim.span, format!("`{}` is not a blocked dimension of `{fname}`", dim.name), format!("blocked dimensions are: {}", self.dims_named(&blocked)));
+                        let label = format!("blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`", self.dims_named(&blocked), dim.name);
+                        self.err(dim.span, format!("`{}` is not a blocked dimension of `{fname}`", dim.name), label);
                         continue;
                     }
                     let Some(n) = self.int_arg(*factor, *factor_span, "a split factor") else { continue };
@@ -799,19 +841,30 @@ impl<'a, 'd> Checker<'a, 'd> {
             self.err(span, "`fuse_at` takes a consumer Func and one of its dimensions", format!("for example `{pname}.fuse_at(out, x)`"));
             return;
         };
+        if self.sched_spans[p.index()].fuse_at.is_some() {
+            self.err(span, format!("`{pname}` is placed twice"), "a Func has one `fuse_at`");
+            return;
+        }
+        // Recorded even if the placement is wrong: `p` is not also "never placed".
+        self.sched_spans[p.index()].fuse_at = Some(span);
         let c = match self.lookup(&cid.name) {
             Some(Entity::Func(c)) if self.defs[c.index()].is_some() => c,
+            Some(Entity::Func(c)) if self.broken[c.index()] || !self.complete => return,
             _ => {
                 self.err(cid.span, format!("`{}` is not a defined Func", cid.name), "fuse_at places a producer inside a consumer Func");
                 return;
             }
         };
-        if self.sched_spans[p.index()].fuse_at.is_some() {
-            self.err(span, format!("`{pname}` is placed twice"), "a Func has one `fuse_at`");
+        if self.tainted(c) {
             return;
         }
         if !self.prog.producers(c).contains(&p) {
-            self.err(cid.span, format!("`{}` does not consume `{pname}`", cid.name), format!("`{pname}` can only be fused into a Func that reads it"));
+            let readers: Vec<&str> = self.prog.funcs.iter().filter(|g| g.body.reads().iter().any(|(r, _)| *r == p)).map(|g| g.name.as_str()).collect();
+            let label = match readers.as_slice() {
+                [] => format!("`{pname}` can only be fused into a Func that reads it, and none does"),
+                _ => format!("`{pname}` can only be fused into a Func that reads it: {}", readers.join(", ")),
+            };
+            self.err(cid.span, format!("`{}` does not consume `{pname}`", cid.name), label);
             return;
         }
         let cdims = self.prog.func(c).dims.clone();
@@ -826,28 +879,38 @@ impl<'a, 'd> Checker<'a, 'd> {
                 continue;
             }
             if let Some(bad) = labels.iter().find(|l| !outer.contains(l)) {
-                self.err(
-                    did.span,
-                    format!("`{pname}` cannot be computed at `{}`: it is read at `{}`, an inner loop", did.name, self.prog.dim_name(*bad)),
-                    format!("`{pname}` is read at [{}]; fuse it at the innermost of these in `{}`", self.dims_named(&labels), cid.name),
-                );
+                let bad_name = self.prog.dim_name(*bad).to_string();
+                let label = if labels.iter().all(|l| cdims.contains(l)) {
+                    let level = innermost_read_level(&self.prog, c, p).map_or(bad_name.clone(), |d| self.prog.dim_name(d).to_string());
+                    format!("`{pname}` is read at [{}]: write `{pname}.fuse_at({}, {level});`", self.dims_named(&labels), cid.name)
+                } else {
+                    format!("`{pname}` is read inside the reduction over `{bad_name}`, where it is computed per chunk: remove this `fuse_at`")
+                };
+                let msg = format!("`{pname}` cannot be computed at `{}`: it is read at `{bad_name}`, an inner loop", did.name);
+                self.err(did.span, msg, label);
                 return;
             }
         }
-        self.sched_spans[p.index()].fuse_at = Some(span);
         self.prog.funcs[p.index()].schedule.fuse_at = Some((c, d));
     }
 
     /// Checks that need every primitive: placement rules, kernel-only primitives, `:0` extents.
     fn check_schedules(&mut self) {
+        // Without any kernel, that is the one error to report; kernel-only primitives would
+        // repeat it. Without every statement, the `compile()` may be in one that did not parse.
+        let kernels_known = self.complete && !self.prog.kernels.is_empty();
         for i in 0..self.prog.funcs.len() {
             let f = FuncId(i as u32);
             let spans = self.sched_spans[i].clone();
             let sched = self.prog.funcs[i].schedule.clone();
             let name = self.prog.funcs[i].name.clone();
-            if !sched.kernel {
+            if !sched.kernel && kernels_known {
+                let label = match sched.fuse_at {
+                    Some((c, _)) => format!("`{name}` is computed inside `{}`: schedule `{}` instead", self.prog.func(c).name, self.prog.func(c).name),
+                    None => format!("this primitive applies to kernels: add `{name}.compile();`, or schedule the kernel that computes `{name}`"),
+                };
                 for s in spans.placement.iter().chain(spans.dtypes.iter()) {
-                    self.err(*s, format!("`{name}` is not a kernel"), format!("this primitive applies to kernels: add `{name}.compile();`, or schedule the kernel that computes `{name}`"));
+                    self.err(*s, format!("`{name}` is not a kernel"), label.clone());
                 }
             }
             if sched.kernel && sched.fuse_at.is_some() {
@@ -856,21 +919,23 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
             if let Some((c, _)) = sched.fuse_at {
-                if !self.prog.func(c).schedule.kernel {
+                if !self.prog.func(c).schedule.kernel && kernels_known {
                     if let Some(s) = spans.fuse_at {
                         let cname = self.prog.func(c).name.clone();
                         self.err(s, format!("`{cname}` is not a kernel"), format!("fuse producers into a kernel: add `{cname}.compile();`"));
                     }
                 }
             }
-            for (d, n, s) in &spans.tensorize {
+            // A placement that failed leaves the kernel that computes `f` unknown.
+            let placed = spans.fuse_at.is_none() || sched.fuse_at.is_some();
+            for (d, n, s) in spans.tensorize.iter().filter(|_| placed) {
                 let block = self.kernel_block_extent(f, *d);
                 match (block, *n) {
                     (Some(b), n) if n > 0 && b % n != 0 => {
                         let dn = self.prog.dim_name(*d).to_string();
                         self.err(*s, format!("tile extent {n} does not divide the block extent {b} of `{dn}`"), format!("a block extent must be a multiple of its tile extent; try {}", largest_pow2_divisor(b).min(n)));
                     }
-                    (None, 0) if self.bound_of(f, *d).is_none() => {
+                    (None, 0) if self.complete && self.bound_of(f, *d).is_none() => {
                         let dn = self.prog.dim_name(*d).to_string();
                         let kname = self.prog.funcs[self.kernel_of(f).index()].name.clone();
                         self.err(*s, format!("`{dn}:0` needs an extent: `{dn}` is not blocked"), format!("add a bound such as `{kname}.bound({dn}:4096)`, or block `{dn}`"));
@@ -898,18 +963,37 @@ impl<'a, 'd> Checker<'a, 'd> {
                     // A reduction read inside a reduction over one of its dimensions is inlined:
                     // computed per chunk of that loop. Read only at the kernel's own loops, it
                     // must be placed.
+                    // A `fuse_at` that was rejected has been reported already.
+                    None if self.sched_spans[g.index()].fuse_at.is_some() || !self.complete => {}
                     None if func.body.has_reduction() && reads_only_at_loops(&self.prog, k, g) => {
-                        let d = self.prog.func(k).dims.last().map(|d| self.prog.dim_name(*d).to_string()).unwrap_or_default();
-                        self.err(func.span, format!("`{}` computes a reduction and is never placed", func.name), format!("place it inside the kernel that reads it, e.g. `{}.fuse_at({kname}, {d});`", func.name));
+                        let d = innermost_read_level(&self.prog, k, g).map_or("x", |d| self.prog.dim_name(d)).to_string();
+                        self.err(func.span, format!("`{}` computes a reduction and is never placed", func.name), format!("place it inside the kernel that reads it: `{}.fuse_at({kname}, {d});`", func.name));
                     }
                     None => {}
                 }
             }
         }
-        if self.prog.kernels.is_empty() {
-            let span = self.prog.funcs.first().map_or(Span::default(), |f| f.span);
-            self.err(span, "no kernel in this file", "mark the Func to compute with `f.compile();`");
+        if self.prog.kernels.is_empty() && self.complete {
+            // Point at the last defined Func that no other Func reads: the likely output.
+            let read: BTreeSet<FuncId> = self.prog.funcs.iter().flat_map(|f| f.body.reads()).map(|(g, _)| g).collect();
+            let output = (0..self.prog.funcs.len()).rev().find(|&i| self.defs[i].is_some() && !read.contains(&FuncId(i as u32)));
+            match output {
+                Some(i) => {
+                    let (name, span) = (self.prog.funcs[i].name.clone(), self.prog.funcs[i].span);
+                    self.err(span, "no kernel in this file", format!("to compute `{name}` as a kernel, add `{name}.compile();`"));
+                }
+                None => {
+                    let span = self.prog.funcs.first().map_or(Span::default(), |f| f.span);
+                    self.err(span, "no kernel in this file", "define a Func and mark it as a kernel with `f.compile();`");
+                }
+            }
         }
+    }
+
+    /// Whether `f`'s definition, or that of a Func it reads, has an error: what it reads is then
+    /// not fully known.
+    fn tainted(&self, f: FuncId) -> bool {
+        self.broken[f.index()] || self.prog.producers(f).iter().any(|g| self.broken[g.index()])
     }
 
     /// The kernel that computes `f`: itself, or the consumer it is fused into.
@@ -937,6 +1021,19 @@ impl<'a, 'd> Checker<'a, 'd> {
 fn reads_only_at_loops(p: &Program, k: FuncId, g: FuncId) -> bool {
     let kdims = &p.func(k).dims;
     expanded_reads(p, k).iter().filter(|(f, _)| *f == g).all(|(_, labels)| labels.iter().all(|l| kdims.contains(l)))
+}
+
+/// The innermost of kernel `k`'s dimensions at which `g` is read: the outermost loop level at
+/// which `g` can be computed once for all its reads.
+fn innermost_read_level(p: &Program, k: FuncId, g: FuncId) -> Option<DimId> {
+    let kdims = &p.func(k).dims;
+    let level = expanded_reads(p, k)
+        .iter()
+        .filter(|(f, _)| *f == g)
+        .flat_map(|(_, labels)| labels.iter().filter_map(|l| kdims.iter().position(|d| d == l)))
+        .max()
+        .unwrap_or(kdims.len().saturating_sub(1));
+    kdims.get(level).copied()
 }
 
 fn largest_pow2_divisor(b: u32) -> u32 {

@@ -1,5 +1,8 @@
 //! The parser: tokens to an [`ast::File`]. It never fails: a statement that does not parse
 //! becomes a diagnostic and parsing resumes after the next `;`, so one run reports several errors.
+//! A statement whose `;` is missing at the end of a line is kept (with an error), so that one
+//! forgotten `;` does not also swallow the next statement. A statement with a lexical error gets
+//! no syntax error besides: the second is a consequence of the first.
 
 use crate::ast::*;
 use crate::diag::Diagnostic;
@@ -8,19 +11,25 @@ use crate::span::{Ident, Span};
 
 /// Parses a whole file. The tree holds every statement that parsed; `diags` gets the rest.
 pub fn parse(src: &str, diags: &mut Vec<Diagnostic>) -> File {
+    let lex_start = diags.len();
     let toks = lex(src, diags);
-    let mut p = Parser { toks, pos: 0, depth: 0 };
+    let lex_errors: Vec<u32> = diags[lex_start..].iter().map(|d| d.span.start).collect();
+    let mut p = Parser { src, toks, pos: 0, depth: 0, diags: Vec::new() };
     let mut file = File::default();
     while !p.at(&Tok::Eof) {
         let start = p.pos;
         match p.item() {
             Ok(item) => file.items.push(item),
             Err(d) => {
-                diags.push(d);
+                let from = p.toks[start].span.start;
+                if !lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
+                    diags.push(d);
+                }
                 p.recover(start);
             }
         }
     }
+    diags.append(&mut p.diags);
     file
 }
 
@@ -30,13 +39,16 @@ type PResult<T> = Result<T, Diagnostic>;
 /// overflow.
 const MAX_DEPTH: u32 = 200;
 
-struct Parser {
+struct Parser<'s> {
+    src: &'s str,
     toks: Vec<Token>,
     pos: usize,
     depth: u32,
+    /// Errors in statements that were kept nonetheless.
+    diags: Vec<Diagnostic>,
 }
 
-impl Parser {
+impl Parser<'_> {
     fn peek(&self) -> &Token {
         &self.toks[self.pos.min(self.toks.len() - 1)]
     }
@@ -79,6 +91,40 @@ impl Parser {
         }
     }
 
+    /// `line:column` of a byte offset, for pointing at another place in a message.
+    fn line_col(&self, offset: u32) -> String {
+        let before = &self.src[..(offset as usize).min(self.src.len())];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        format!("{}:{}", before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    }
+
+    /// Expects the closing `close` of the `open` token at `open_span`.
+    fn expect_close(&mut self, close: Tok, wanted: &str, open: &str, open_span: Span) -> PResult<Span> {
+        if self.at(&close) {
+            return Ok(self.bump().span);
+        }
+        let t = self.peek();
+        Err(Diagnostic::new(t.span, format!("expected {wanted}, found {}", t.tok.describe()))
+            .with_label(format!("to close the `{open}` at {}", self.line_col(open_span.start))))
+    }
+
+    /// The `;` that ends a statement. When it is missing and the next token starts another line
+    /// (or the file ends), the statement is kept, and the error points where the `;` belongs.
+    fn end_statement(&mut self, wanted: &str) -> PResult<Span> {
+        if self.at(&Tok::Semi) {
+            return Ok(self.bump().span);
+        }
+        let prev = self.toks[self.pos.saturating_sub(1)].span;
+        let next = self.peek().span;
+        let gap = self.src.get(prev.end as usize..next.start as usize).unwrap_or("");
+        if self.pos > 0 && (self.at(&Tok::Eof) || gap.contains('\n')) {
+            let here = Span { start: prev.end, end: prev.end };
+            self.diags.push(Diagnostic::new(here, "missing `;` at the end of the statement").with_label("add `;` here"));
+            return Ok(prev);
+        }
+        Err(self.unexpected(wanted))
+    }
+
     fn ident(&mut self, wanted: &str) -> PResult<Ident> {
         match &self.peek().tok {
             Tok::Ident(name) => {
@@ -104,39 +150,40 @@ impl Parser {
 
     fn item(&mut self) -> PResult<Item> {
         let first = self.ident("a declaration, a definition `f[x] = ...;` or a schedule `f.block(...);`")?;
-        let kind = match first.name.as_str() {
-            "Func" => Some(DeclKind::Func),
-            "In" => Some(DeclKind::In),
-            "SIn" => Some(DeclKind::SIn),
-            "Var" => Some(DeclKind::Var),
-            "RVar" => Some(DeclKind::RVar),
-            _ => None,
-        };
+        let kind = [DeclKind::Func, DeclKind::In, DeclKind::SIn, DeclKind::Var, DeclKind::RVar]
+            .into_iter()
+            .find(|k| k.keyword() == first.name || (k.keyword().eq_ignore_ascii_case(&first.name) && matches!(self.peek().tok, Tok::Ident(_))));
+        if let Some(k) = kind.filter(|k| k.keyword() != first.name) {
+            // A keyword in the wrong case: reported, and the declaration is kept.
+            self.diags.push(
+                Diagnostic::new(first.span, format!("`{}` is not a keyword", first.name)).with_label(format!("keywords are case-sensitive: write `{}`", k.keyword())),
+            );
+        }
         if let Some(kind) = kind {
             let mut names = vec![self.ident("a name")?];
             while self.eat(&Tok::Comma) {
                 names.push(self.ident("a name")?);
             }
-            let end = self.expect(Tok::Semi, "`,` or `;`")?;
+            let end = self.end_statement("`,` or `;`")?;
             return Ok(Item::Decl { kind, names, span: first.span.to(end) });
         }
         match self.peek().tok {
             Tok::LBracket => {
-                self.bump();
+                let open = self.bump().span;
                 let mut dims = vec![self.ident("a dimension name")?];
                 while self.eat(&Tok::Comma) {
                     dims.push(self.ident("a dimension name")?);
                 }
-                self.expect(Tok::RBracket, "`,` or `]`")?;
+                self.expect_close(Tok::RBracket, "`,` or `]`", "[", open)?;
                 self.expect(Tok::Assign, "`=`")?;
                 let body = self.expr()?;
-                let end = self.expect(Tok::Semi, "an operator or `;`")?;
+                let end = self.end_statement("an operator or `;`")?;
                 Ok(Item::Def { func: first.clone(), dims, body, span: first.span.to(end) })
             }
             Tok::Dot => {
                 self.bump();
                 let prim = self.ident("a schedule primitive such as `block`")?;
-                self.expect(Tok::LParen, "`(`")?;
+                let open = self.expect(Tok::LParen, "`(`")?;
                 let mut args = Vec::new();
                 if !self.at(&Tok::RParen) {
                     args.push(self.sched_arg()?);
@@ -144,10 +191,14 @@ impl Parser {
                         args.push(self.sched_arg()?);
                     }
                 }
-                self.expect(Tok::RParen, "`,` or `)`")?;
-                let end = self.expect(Tok::Semi, "`;`")?;
+                self.expect_close(Tok::RParen, "`,` or `)`", "(", open)?;
+                let end = self.end_statement("`;`")?;
                 Ok(Item::Sched { func: first.clone(), prim, args, span: first.span.to(end) })
             }
+            Tok::Ident(_) => Err(Diagnostic::new(first.span, format!("`{}` does not start a statement", first.name))
+                .with_label("a statement is a declaration (`Func`, `In`, `SIn`, `Var`, `RVar`), a definition `f[x] = ...;` or a schedule `f.compile();`")),
+            Tok::Assign => Err(Diagnostic::new(self.peek().span, format!("expected `[` after `{}`, found `=`", first.name))
+                .with_label(format!("a definition lists the dimensions of the Func: `{}[x, y] = ...;`", first.name))),
             _ => Err(self.unexpected("`[` (a definition) or `.` (a schedule primitive)")),
         }
     }
@@ -181,13 +232,19 @@ impl Parser {
         Ok(SchedArg::Extent(name, v, s))
     }
 
-    fn expr(&mut self) -> PResult<Expr> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            let d = Diagnostic::new(self.peek().span, "expression nested too deeply").with_label(format!("at most {MAX_DEPTH} levels"));
-            self.depth -= 1;
-            return Err(d);
+    /// Enters one more level of the expression tree: a parenthesis, a call, an index or an
+    /// operator of a chain such as `a + b + c` (which nests to the left).
+    fn deeper(&mut self, at: Span) -> PResult<()> {
+        if self.depth >= MAX_DEPTH {
+            return Err(Diagnostic::new(at, "expression nested too deeply")
+                .with_label(format!("at most {MAX_DEPTH} levels of parentheses, calls and operators; compute parts of it in other Funcs")));
         }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn expr(&mut self) -> PResult<Expr> {
+        self.deeper(self.peek().span)?;
         let r = self.comparison();
         self.depth -= 1;
         r
@@ -211,6 +268,13 @@ impl Parser {
     }
 
     fn additive(&mut self) -> PResult<Expr> {
+        let depth = self.depth;
+        let r = self.additive_chain();
+        self.depth = depth;
+        r
+    }
+
+    fn additive_chain(&mut self) -> PResult<Expr> {
         let mut lhs = self.multiplicative()?;
         loop {
             let op = match self.peek().tok {
@@ -218,7 +282,8 @@ impl Parser {
                 Tok::Minus => BinOp::Sub,
                 _ => return Ok(lhs),
             };
-            self.bump();
+            let at = self.bump().span;
+            self.deeper(at)?;
             let rhs = self.multiplicative()?;
             let span = lhs.span.to(rhs.span);
             lhs = Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span };
@@ -226,6 +291,13 @@ impl Parser {
     }
 
     fn multiplicative(&mut self) -> PResult<Expr> {
+        let depth = self.depth;
+        let r = self.multiplicative_chain();
+        self.depth = depth;
+        r
+    }
+
+    fn multiplicative_chain(&mut self) -> PResult<Expr> {
         let mut lhs = self.unary()?;
         loop {
             let op = match self.peek().tok {
@@ -233,7 +305,8 @@ impl Parser {
                 Tok::Slash => BinOp::Div,
                 _ => return Ok(lhs),
             };
-            self.bump();
+            let at = self.bump().span;
+            self.deeper(at)?;
             let rhs = self.unary()?;
             let span = lhs.span.to(rhs.span);
             lhs = Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span };
@@ -243,11 +316,7 @@ impl Parser {
     fn unary(&mut self) -> PResult<Expr> {
         if self.at(&Tok::Minus) {
             let start = self.bump().span;
-            self.depth += 1;
-            if self.depth > MAX_DEPTH {
-                self.depth -= 1;
-                return Err(Diagnostic::new(start, "expression nested too deeply").with_label(format!("at most {MAX_DEPTH} levels")));
-            }
+            self.deeper(start)?;
             let inner = self.unary();
             self.depth -= 1;
             let inner = inner?;
@@ -264,24 +333,24 @@ impl Parser {
                 Ok(Expr { kind: ExprKind::Number(v), span })
             }
             Tok::LParen => {
-                self.bump();
+                let open = self.bump().span;
                 let e = self.expr()?;
-                self.expect(Tok::RParen, "`)`")?;
+                self.expect_close(Tok::RParen, "an operator or `)`", "(", open)?;
                 Ok(e)
             }
             Tok::Ident(_) => {
                 let name = self.ident("a name")?;
                 match self.peek_at(0) {
                     Tok::LBracket => {
-                        self.bump();
+                        let open = self.bump().span;
                         let index = self.list(Tok::RBracket, "`,` or `]`")?;
-                        let end = self.expect(Tok::RBracket, "`,` or `]`")?;
+                        let end = self.expect_close(Tok::RBracket, "`,` or `]`", "[", open)?;
                         Ok(Expr { span: name.span.to(end), kind: ExprKind::Access { name, index } })
                     }
                     Tok::LParen => {
-                        self.bump();
+                        let open = self.bump().span;
                         let args = self.list(Tok::RParen, "`,` or `)`")?;
-                        let end = self.expect(Tok::RParen, "`,` or `)`")?;
+                        let end = self.expect_close(Tok::RParen, "`,` or `)`", "(", open)?;
                         Ok(Expr { span: name.span.to(end), kind: ExprKind::Call { name, args } })
                     }
                     _ => Ok(Expr { span: name.span, kind: ExprKind::Name(name) }),
