@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every library kernel through `dtc run --backend cuda` under compute-sanitizer (memcheck
+# and racecheck), at sizes that are not multiples of any tile, in f32, f16 and bf16.
+# Usage: scripts/sanitize.sh PATH/TO/dtc   (on a machine with an NVIDIA GPU, numpy and
+# compute-sanitizer; prints one line per run and a summary "N passed, N failed").
+set -uo pipefail
+DTC=${1:?usage: sanitize.sh PATH/TO/dtc}
+SAN=${COMPUTE_SANITIZER:-compute-sanitizer}
+command -v "$SAN" >/dev/null || SAN=/usr/local/cuda/bin/compute-sanitizer
+WORK=$(mktemp -d)
+SPECS=$(cd "$(dirname "$0")/../dt-kernels/specs" && pwd)
+python3 - "$WORK" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]; r = np.random.default_rng(3)
+def save(name, shape):
+    a = r.standard_normal(shape).astype(np.float32)
+    np.save(f"{d}/{name}_f32.npy", a); np.save(f"{d}/{name}_f16.npy", a.astype(np.float16))
+save("a", (133, 45)); save("b", (45, 70)); save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
+save("q", (2, 3, 77, 40)); save("k", (2, 3, 61, 40)); save("v", (2, 3, 61, 24))
+PY
+pass=0; fail=0
+run() { # tool spec dtype-label file-dtype extra-args...
+  local tool=$1 spec=$2 label=$3 fd=$4; shift 4
+  local log="$WORK/$tool-$spec-$label.log"
+  if "$SAN" --tool "$tool" --error-exitcode 9 "$DTC" run --backend cuda "$SPECS/$spec.dt" "$@" --output "$WORK/out.npy" >"$log" 2>&1; then
+    pass=$((pass+1)); echo "ok    $tool $spec $label"
+  else
+    fail=$((fail+1)); echo "FAIL  $tool $spec $label"; tail -20 "$log"
+  fi
+}
+for tool in memcheck racecheck; do
+  for t in f32 f16 bf16; do
+    fd=$t; extra=(); [ $t = bf16 ] && { fd=f32; extra=(--dtype bf16); }
+    run $tool matmul $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
+    run $tool mm_leaky_relu $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
+    run $tool softmax $t $fd --input A=$WORK/x_$fd.npy "${extra[@]}"
+    run $tool layernorm $t $fd --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar eps=1e-5 "${extra[@]}"
+    run $tool dyt $t $fd --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar alpha=0.7 "${extra[@]}"
+    for kern in attention attention_causal; do
+      q=q; [ $kern = attention_causal ] && q=k   # causal: square scores (seq_q = seq_k)
+      run $tool attention $t-$kern $fd --kernel $kern --input Q=$WORK/${q}_$fd.npy --input K=$WORK/k_$fd.npy --input V=$WORK/v_$fd.npy "${extra[@]}"
+    done
+  done
+done
+echo "sanitize: $pass passed, $fail failed"
+[ $fail = 0 ]
