@@ -173,16 +173,7 @@ impl Emitter<'_> {
                 if !l.origin.is_empty() {
                     self.line(&format!("/* {} */", l.origin));
                 }
-                let size = self.size(l.dim);
-                let (start, end) = match l.kind {
-                    LoopKind::Block => {
-                        let slot = self.k.dim_slot(l.dim);
-                        let b = self.k.grid.block_extent(l.dim).unwrap_or(1);
-                        (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
-                    }
-                    LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
-                };
-                self.line(&format!("for (long long {o} = {start}; {o} < {end}; {o} += {}) {{", l.step));
+                self.line(&super::loop_header(self.k, l, &o));
                 self.depth += 1;
                 self.offsets.push((l.dim, o));
                 self.stmts(&l.body)?;
@@ -196,9 +187,8 @@ impl Emitter<'_> {
                 let out_dims = self.k.output.dims.clone();
                 let store = format!("dt_store_{}", self.dtype.name());
                 self.for_lanes(tile, |e, l| {
-                    let conds: Vec<String> = out_dims.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
-                    let addr: Vec<String> = out_dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * args->output_strides[{a}]", e.offset(*d), l.lane(*d))).collect();
-                    e.line(&format!("if ({}) out[{}] = {store}({src}[{}]);", conds.join(" && "), addr.join(" + "), l.index(&vshape)));
+                    let (cond, addr) = super::masked_address(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args->output_strides[{a}]"));
+                    e.line(&format!("if ({cond}) out[{addr}] = {store}({src}[{}]);", l.index(&vshape)));
                 });
             }
         }
@@ -226,10 +216,8 @@ impl Emitter<'_> {
             Op::Load { input, axes } => {
                 let load = format!("dt_load_{}", self.dtype.name());
                 self.for_lanes(&shape, |e, l| {
-                    let conds: Vec<String> = axes.iter().map(|d| e.valid(*d, l.lane(*d))).collect();
-                    let addr: Vec<String> = axes.iter().enumerate().map(|(a, d)| format!("({} + {}) * args->input_strides[{input}][{a}]", e.offset(*d), l.lane(*d))).collect();
-                    let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
-                    e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{}]) : 0.0f;", l.index(&shape), addr.join(" + ")));
+                    let (cond, addr) = super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args->input_strides[{input}][{a}]"));
+                    e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;", l.index(&shape)));
                 });
             }
             Op::Unary(u, a) => {

@@ -130,3 +130,35 @@ impl Lanes {
         self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
     }
 }
+
+/// The `for` line of a kernel-IR loop whose offset variable is `var`: a blocked dimension loops
+/// over this program's block, any other over the whole dimension. Shared by every C emitter.
+pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> String {
+    use dt_core::kir::LoopKind;
+    let slot = k.dim_slot(l.dim);
+    let size = format!("s{slot}");
+    let (start, end) = match l.kind {
+        LoopKind::Block => {
+            let b = k.grid.block_extent(l.dim).unwrap_or(1);
+            (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
+        }
+        LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
+    };
+    format!("for (long long {var} = {start}; {var} < {end}; {var} += {}) {{", l.step)
+}
+
+/// The validity condition and the element offset of a tensor access at the current lanes:
+/// axis `a` is indexed along `dims[a]` at `offset(dim) + lane`, times `stride(a)`.
+pub(crate) fn masked_address(
+    k: &Kernel,
+    dims: &[dt_core::algo::DimId],
+    lanes: &Lanes,
+    offset: impl Fn(dt_core::algo::DimId) -> String,
+    stride: impl Fn(usize) -> String,
+) -> (String, String) {
+    let conds: Vec<String> = dims.iter().map(|d| format!("{} + {} < s{}", offset(*d), lanes.lane(*d), k.dim_slot(*d))).collect();
+    let addr: Vec<String> = dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))).collect();
+    let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
+    let addr = if addr.is_empty() { "0".to_string() } else { addr.join(" + ") };
+    (cond, addr)
+}
