@@ -5,7 +5,7 @@
 use crate::abi::DtArgs;
 use crate::emit::gpu::LaunchInfo;
 use crate::host::{check_bounds, fill_args};
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use dt_core::kir::Kernel;
 use dt_core::tensor::{Bound, Tensor};
 use dt_core::DType;
@@ -85,37 +85,72 @@ impl CudaRunner {
         }
     }
 
-    /// Runs kernel `k` (emitted with launch parameters `info`) from `module` on bound host
-    /// arguments. The output starts as NaN, so an element the kernel fails to write shows.
-    pub fn run(&self, module: &Arc<CudaModule>, info: &LaunchInfo, k: &Kernel, bound: &Bound, dtype: DType) -> Result<Tensor, GpuError> {
+    /// Uploads the arguments of one launch of kernel `k`; the output starts as NaN, so an
+    /// element the kernel fails to write shows.
+    pub fn stage(&self, k: &Kernel, bound: &Bound, dtype: DType) -> Result<Staged, GpuError> {
         check_bounds(k, bound).map_err(|e| GpuError(e.0))?;
         let inputs: Vec<DeviceBuf> = bound.inputs.iter().map(|t| self.upload(t, dtype)).collect::<Result<_, _>>()?;
         let n: usize = bound.out_shape.iter().product();
         let out = self.upload(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype)?;
         let addrs: Vec<u64> = inputs.iter().map(|b| self.addr(b)).collect();
-        let args: DtArgs = fill_args(k, bound, &addrs, self.addr(&out));
+        let args = fill_args(k, bound, &addrs, self.addr(&out));
         let programs = k.grid.programs(&bound.sizes);
         if programs > i32::MAX as usize {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
-        if programs > 0 && n > 0 {
-            let f = module.load_function(&info.symbol).map_err(err("kernel symbol"))?;
-            if info.shared_bytes > 48 * 1024 {
-                f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.shared_bytes as i32).map_err(err("shared memory limit"))?;
-            }
-            let cfg = LaunchConfig { grid_dim: (programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
-            let mut launch = self.stream.launch_builder(&f);
-            launch.arg(&args);
-            // SAFETY: the kernel takes one `dt_args` by value; every pointer in it refers to a
-            // live device buffer sized for the shapes the kernel reads and writes.
-            unsafe { launch.launch(cfg) }.map_err(err("launch"))?;
+        Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype })
+    }
+
+    /// The kernel function of `info` in `module`, allowed the shared memory it needs.
+    pub fn function(&self, module: &Arc<CudaModule>, info: &LaunchInfo) -> Result<CudaFunction, GpuError> {
+        let f = module.load_function(&info.symbol).map_err(err("kernel symbol"))?;
+        if info.shared_bytes > 48 * 1024 {
+            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.shared_bytes as i32).map_err(err("shared memory limit"))?;
         }
+        Ok(f)
+    }
+
+    /// Queues one launch on the stream (nothing when there is no work).
+    pub fn launch(&self, f: &CudaFunction, info: &LaunchInfo, staged: &Staged) -> Result<(), GpuError> {
+        if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
+        let mut launch = self.stream.launch_builder(f);
+        launch.arg(&staged.args);
+        // SAFETY: the kernel takes one `dt_args` by value; every pointer in it refers to a live
+        // device buffer of `staged`, sized for the shapes the kernel reads and writes.
+        unsafe { launch.launch(cfg) }.map_err(err("launch"))?;
+        Ok(())
+    }
+
+    /// Waits for the stream and reads the output back.
+    pub fn download(&self, staged: &Staged) -> Result<Tensor, GpuError> {
         self.stream.synchronize().map_err(err("kernel execution"))?;
-        let data = match (&out, dtype) {
+        let data = match (&staged.out, staged.dtype) {
             (DeviceBuf::F32(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?,
             (DeviceBuf::Half(s), DType::BF16) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
             (DeviceBuf::Half(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
         };
-        Ok(Tensor { shape: bound.out_shape.clone(), data })
+        Ok(Tensor { shape: staged.out_shape.clone(), data })
     }
+
+    /// Runs kernel `k` (emitted with launch parameters `info`) from `module` on bound host
+    /// arguments and returns its output.
+    pub fn run(&self, module: &Arc<CudaModule>, info: &LaunchInfo, k: &Kernel, bound: &Bound, dtype: DType) -> Result<Tensor, GpuError> {
+        let staged = self.stage(k, bound, dtype)?;
+        let f = self.function(module, info)?;
+        self.launch(&f, info, &staged)?;
+        self.download(&staged)
+    }
+}
+
+/// Device buffers and the argument block of one launch.
+pub struct Staged {
+    _inputs: Vec<DeviceBuf>,
+    out: DeviceBuf,
+    pub args: DtArgs,
+    pub programs: usize,
+    pub out_shape: Vec<usize>,
+    dtype: DType,
 }

@@ -1,5 +1,6 @@
-//! Project chores: `cargo xtask regen [--check]`.
+//! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`.
 
+mod bench;
 mod regen;
 
 use clap::{Parser, Subcommand};
@@ -20,12 +21,34 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Time the library kernels on the GPU next to cuBLAS, a copy, and the Python baselines.
+    Bench {
+        /// Only these ops (matmul, mm_leaky_relu, softmax, layernorm, dyt, attention).
+        #[arg(long = "op")]
+        ops: Vec<String>,
+        /// Only these element types (f16, bf16, f32).
+        #[arg(long = "dtype")]
+        dtypes: Vec<String>,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Timed runs per row (fewer when a row's time budget runs out).
+        #[arg(long, default_value_t = 50)]
+        reps: usize,
+        /// GPU seconds per row for DT's timed runs.
+        #[arg(long, default_value_t = 2.0)]
+        budget: f64,
+        /// Only these baselines of bench/baselines.py (default: all).
+        #[arg(long = "baseline")]
+        baselines: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
+        Command::Bench { ops, dtypes, json, reps, budget, baselines } => bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,373 @@
+//! `cargo xtask bench`: times each library kernel on the GPU at a fixed set of shapes, next to
+//! what a user would otherwise pick (cuBLAS for matmul, a device-to-device copy of the same bytes
+//! for memory-bound ops, and the torch / torch.compile / Triton / Liger baselines of
+//! `bench/baselines.py` where `python3` has torch and triton), all in one process tree.
+//!
+//! Each time is the median of CUDA-event-timed runs after warm-up; memory-bound ops flush L2
+//! (a 256 MiB write) before every run, outside the timed region. A run count below the asked-for
+//! repetitions means a single run was so slow that the per-row time budget cut it short; the
+//! table says so.
+
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{CudaSlice, CudaStream};
+use dt_codegen::cuda_run::{CudaRunner, Staged};
+use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo};
+use dt_core::explore::Rng;
+use dt_core::kir::Kernel;
+use dt_core::tensor::{Args, Tensor};
+use dt_core::DType;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub struct Options {
+    pub ops: Vec<String>,
+    pub dtypes: Vec<String>,
+    pub json: Option<PathBuf>,
+    pub reps: usize,
+    /// Seconds of GPU time one row may spend on its DT runs.
+    pub budget_s: f64,
+    /// Baselines of bench/baselines.py to run (empty: all of them).
+    pub baselines: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Job {
+    op: &'static str,
+    dtype: DType,
+    shape: Vec<usize>,
+    causal: bool,
+}
+
+impl Job {
+    fn memory_bound(&self) -> bool {
+        matches!(self.op, "softmax" | "layernorm" | "dyt")
+    }
+    fn spec(&self) -> &'static str {
+        self.op
+    }
+    fn kernel(&self) -> &'static str {
+        match (self.op, self.causal) {
+            ("mm_leaky_relu", _) => "out",
+            ("matmul", _) => "mm",
+            ("attention", true) => "attention_causal",
+            (op, _) => op,
+        }
+    }
+    fn shape_text(&self) -> String {
+        let s: Vec<String> = self.shape.iter().map(|n| n.to_string()).collect();
+        format!("{}{}", s.join("x"), if self.causal { " causal" } else { "" })
+    }
+    /// Floating-point operations (compute-bound ops) of one run.
+    fn flops(&self) -> f64 {
+        let s: Vec<f64> = self.shape.iter().map(|&n| n as f64).collect();
+        match self.op {
+            "matmul" | "mm_leaky_relu" => 2.0 * s[0] * s[1] * s[2],
+            "attention" => 4.0 * s[0] * s[1] * s[2] * s[2] * s[3] / if self.causal { 2.0 } else { 1.0 },
+            _ => 0.0,
+        }
+    }
+    /// Bytes read once plus bytes written once.
+    fn bytes(&self) -> f64 {
+        let e = self.dtype.size_bytes() as f64;
+        let s: Vec<f64> = self.shape.iter().map(|&n| n as f64).collect();
+        match self.op {
+            "softmax" => 2.0 * s[0] * s[1] * e,
+            "layernorm" | "dyt" => (2.0 * s[0] * s[1] + 2.0 * s[1]) * e,
+            "matmul" | "mm_leaky_relu" => (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]) * e,
+            _ => 4.0 * s[0] * s[1] * s[2] * s[3] * e,
+        }
+    }
+}
+
+fn jobs() -> Vec<Job> {
+    let mut out = Vec::new();
+    let mm: &[[usize; 3]] = &[[512, 512, 512], [1024, 1024, 1024], [4096, 4096, 4096], [8192, 8192, 8192], [4096, 11008, 4096], [1000, 3000, 77], [16, 4096, 4096]];
+    for op in ["matmul", "mm_leaky_relu"] {
+        for dtype in [DType::F16, DType::BF16] {
+            for s in mm {
+                out.push(Job { op, dtype, shape: s.to_vec(), causal: false });
+            }
+        }
+    }
+    let rows: &[[usize; 2]] = &[[4096, 1024], [4096, 4096], [4096, 16384], [8192, 1000], [128, 65536], [65536, 4096]];
+    for op in ["softmax", "layernorm", "dyt"] {
+        for dtype in [DType::F16, DType::F32] {
+            for s in rows {
+                out.push(Job { op, dtype, shape: s.to_vec(), causal: false });
+            }
+        }
+    }
+    let att: &[([usize; 4], bool)] = &[([4, 32, 1024, 64], false), ([4, 32, 4096, 64], false), ([4, 32, 4096, 128], false), ([4, 32, 4096, 128], true), ([2, 16, 16384, 128], true), ([8, 16, 1000, 80], false)];
+    for dtype in [DType::F16, DType::BF16] {
+        for (s, causal) in att {
+            out.push(Job { op: "attention", dtype, shape: s.to_vec(), causal: *causal });
+        }
+    }
+    out
+}
+
+fn random(rng: &mut Rng, n: usize, dtype: DType) -> Vec<f32> {
+    (0..n).map(|_| dtype.round(((rng.below(1 << 20) as f32) / (1 << 20) as f32 - 0.5) * 2.0)).collect()
+}
+
+fn args(job: &Job, rng: &mut Rng) -> Args {
+    let s = &job.shape;
+    let t = |shape: Vec<usize>, rng: &mut Rng| {
+        let n = shape.iter().product();
+        Tensor { shape, data: random(rng, n, job.dtype) }
+    };
+    match job.op {
+        "matmul" | "mm_leaky_relu" => Args::default().input("A", t(vec![s[0], s[2]], rng)).input("B", t(vec![s[2], s[1]], rng)),
+        "softmax" => Args::default().input("A", t(vec![s[0], s[1]], rng)),
+        "layernorm" => Args::default().input("X", t(vec![s[0], s[1]], rng)).input("W", t(vec![s[1]], rng)).input("B", t(vec![s[1]], rng)).scalar("eps", 1e-5),
+        "dyt" => Args::default().input("X", t(vec![s[0], s[1]], rng)).input("W", t(vec![s[1]], rng)).input("B", t(vec![s[1]], rng)).scalar("alpha", 0.5),
+        _ => {
+            let shape = vec![s[0], s[1], s[2], s[3]];
+            Args::default().input("Q", t(shape.clone(), rng)).input("K", t(shape.clone(), rng)).input("V", t(shape, rng))
+        }
+    }
+}
+
+/// A spec compiled for the GPU: its program, kernels and module.
+struct Compiled {
+    program: dt_core::algo::Program,
+    kernels: Vec<Kernel>,
+    infos: Vec<LaunchInfo>,
+    module: Arc<cudarc::driver::CudaModule>,
+}
+
+fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
+    let path = crate::regen::workspace().join(format!("dt-kernels/specs/{spec}.dt"));
+    let src = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let program = dt_core::compile_spec(&src).map_err(|d| format!("{spec}: {d:?}"))?;
+    let kernels = dt_core::lower::lower_all(&program).map_err(|e| e.to_string())?;
+    let items: Vec<(&Kernel, DType, String)> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+    let (cuda, infos) = gpu::emit_file(spec, Dialect::Cuda, &items).map_err(|e| e.to_string())?;
+    let module = gpu.compile(&cuda).map_err(|e| e.to_string())?;
+    Ok(Compiled { program, kernels, infos, module })
+}
+
+/// Median of event-timed runs of `run` (after `warmup` untimed ones), with `before` (untimed)
+/// ahead of each; stops early once `budget_s` of timed GPU work is spent (at least 3 runs).
+fn time(stream: &Arc<CudaStream>, reps: usize, budget_s: f64, mut before: impl FnMut() -> Result<(), String>, mut run: impl FnMut() -> Result<(), String>) -> Result<(f64, usize), String> {
+    let ctx = stream.context();
+    let e = |x: cudarc::driver::DriverError| x.to_string();
+    for _ in 0..2 {
+        run()?;
+    }
+    stream.synchronize().map_err(e)?;
+    let mut times = Vec::new();
+    let mut spent = 0.0;
+    while times.len() < reps && (times.len() < 3 || spent < budget_s * 1000.0) {
+        before()?;
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timing).map_err(e)?;
+        let end = ctx.new_event(timing).map_err(e)?;
+        start.record(stream).map_err(e)?;
+        run()?;
+        end.record(stream).map_err(e)?;
+        end.synchronize().map_err(e)?;
+        let ms = start.elapsed_ms(&end).map_err(e)? as f64;
+        spent += ms;
+        times.push(ms);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok((times[times.len() / 2], times.len()))
+}
+
+#[derive(Default, Clone)]
+struct Row {
+    op: String,
+    shape: String,
+    dtype: String,
+    dt_ms: Option<f64>,
+    runs: usize,
+    rate: String,
+    best: Option<(String, f64)>,
+    copy_fraction: Option<f64>,
+    status: String,
+    baselines: Vec<(String, Option<f64>, String)>,
+}
+
+pub fn run(opts: &Options) -> Result<(), String> {
+    let selected: Vec<Job> = jobs()
+        .into_iter()
+        .filter(|j| opts.ops.is_empty() || opts.ops.iter().any(|o| o == j.op))
+        .filter(|j| opts.dtypes.is_empty() || opts.dtypes.iter().any(|d| d == j.dtype.name()))
+        .collect();
+    let gpu = match CudaRunner::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("no GPU ({e}): nothing to benchmark here; the CPU fallback is not timed by this command");
+            return Ok(());
+        }
+    };
+    let stream = gpu.stream.clone();
+    let mut flush: CudaSlice<u8> = stream.alloc_zeros(256 << 20).map_err(|e| e.to_string())?;
+    let mut compiled: HashMap<&str, Compiled> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut rng = Rng::new(11);
+    let blas = CudaBlas::new(stream.clone()).map_err(|e| e.to_string())?;
+    for (i, job) in selected.iter().enumerate() {
+        eprint!("[{}/{}] {} {} {} ... ", i + 1, selected.len(), job.op, job.shape_text(), job.dtype);
+        let _ = std::io::stderr().flush();
+        let mut row = Row { op: job.op.into(), shape: job.shape_text(), dtype: job.dtype.name().into(), ..Default::default() };
+        let result = (|| -> Result<(), String> {
+            if !compiled.contains_key(job.spec()) {
+                compiled.insert(job.spec(), compile(&gpu, job.spec())?);
+            }
+            let c = &compiled[job.spec()];
+            let fid = c.program.kernel_by_name(job.kernel()).ok_or("kernel")?;
+            let kernel = c.kernels.iter().find(|k| k.name == job.kernel()).ok_or("kernel")?;
+            let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
+            let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
+            let args = args(job, &mut rng);
+            let bound = dt_core::tensor::bind(&c.program, fid, &args).map_err(|e| e.to_string())?;
+            let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
+            let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;
+            let mb = job.memory_bound();
+            let (ms, runs) = time(
+                &stream,
+                opts.reps,
+                opts.budget_s,
+                || if mb { stream.memset_zeros(&mut flush).map_err(|e| e.to_string()) } else { Ok(()) },
+                || gpu.launch(&f, info, &staged).map_err(|e| e.to_string()),
+            )?;
+            row.dt_ms = Some(ms);
+            row.runs = runs;
+            row.rate = if mb { format!("{:.0} GB/s", job.bytes() / ms / 1e6) } else { format!("{:.1} TFLOP/s", job.flops() / ms / 1e9) };
+            if mb {
+                // A device-to-device copy moving the same bytes (half read, half written).
+                let n = (job.bytes() / 2.0) as usize;
+                let src: CudaSlice<u8> = stream.alloc_zeros(n).map_err(|e| e.to_string())?;
+                let mut dst: CudaSlice<u8> = stream.alloc_zeros(n).map_err(|e| e.to_string())?;
+                let (copy_ms, _) = time(&stream, opts.reps, opts.budget_s, || stream.memset_zeros(&mut flush).map_err(|e| e.to_string()), || stream.memcpy_dtod(&src, &mut dst).map_err(|e| e.to_string()))?;
+                row.copy_fraction = Some(copy_ms / ms);
+                row.baselines.push(("d2d_copy".into(), Some(copy_ms), "ok (bandwidth limit)".into()));
+            }
+            if matches!(job.op, "matmul" | "mm_leaky_relu") {
+                let cublas = cublas_time(&blas, &stream, job, opts)?;
+                let name = if job.op == "matmul" { "cublas" } else { "cublas (matmul only)" };
+                row.baselines.push((name.into(), Some(cublas), "ok".into()));
+            }
+            Ok(())
+        })();
+        row.status = match result {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("failed: {e}"),
+        };
+        eprintln!("{}", row.dt_ms.map_or(row.status.clone(), |ms| format!("{ms:.3} ms ({})", row.rate)));
+        rows.push(row);
+    }
+    python_baselines(&selected, &mut rows, opts);
+    for row in &mut rows {
+        row.best = row.baselines.iter().filter(|(n, ms, _)| ms.is_some() && n != "d2d_copy").map(|(n, ms, _)| (n.clone(), ms.unwrap_or(f64::MAX))).min_by(|a, b| a.1.total_cmp(&b.1));
+    }
+    print_table(&rows);
+    if let Some(path) = &opts.json {
+        std::fs::write(path, to_json(&rows)).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn cublas_time(blas: &CudaBlas, stream: &Arc<CudaStream>, job: &Job, opts: &Options) -> Result<f64, String> {
+    let (m, n, k) = (job.shape[0], job.shape[1], job.shape[2]);
+    let e = |x: cudarc::driver::DriverError| x.to_string();
+    macro_rules! go {
+        ($t:ty) => {{
+            let a: CudaSlice<$t> = stream.alloc_zeros(m * k).map_err(e)?;
+            let b: CudaSlice<$t> = stream.alloc_zeros(k * n).map_err(e)?;
+            let mut c: CudaSlice<$t> = stream.alloc_zeros(m * n).map_err(e)?;
+            let (one, zero) = (<$t>::from_f32(1.0), <$t>::from_f32(0.0));
+            // Row-major C = A B is column-major C^T = B^T A^T.
+            let cfg = GemmConfig { transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N, transb: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N, m: n as i32, n: m as i32, k: k as i32, alpha: one, lda: n as i32, ldb: k as i32, beta: zero, ldc: n as i32 };
+            time(stream, opts.reps, opts.budget_s, || Ok(()), || {
+                // SAFETY: the buffers hold m*k, k*n and m*n elements, as the configuration says.
+                unsafe { blas.gemm(cfg, &b, &a, &mut c) }.map_err(|x| x.to_string())
+            })
+            .map(|(ms, _)| ms)
+        }};
+    }
+    match job.dtype {
+        DType::BF16 => go!(half::bf16),
+        _ => go!(half::f16),
+    }
+}
+
+/// Runs bench/baselines.py on every job (when python3 has torch and triton) and adds its timings.
+fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) {
+    let script = crate::regen::workspace().join("bench/baselines.py");
+    let has_torch = std::process::Command::new("python3").args(["-c", "import torch, triton"]).output().is_ok_and(|o| o.status.success());
+    if !has_torch || !script.exists() {
+        eprintln!("python3 with torch and triton not found: torch, Triton and Liger baselines skipped");
+        return;
+    }
+    let list: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|j| serde_json::json!({"op": j.op, "dtype": j.dtype.name(), "shape": j.shape, "causal": j.causal, "flush_l2": j.memory_bound(), "reps": opts.reps}))
+        .collect();
+    let file = std::env::temp_dir().join(format!("dt-bench-jobs-{}.json", std::process::id()));
+    if std::fs::write(&file, serde_json::to_string(&list).unwrap_or_default()).is_err() {
+        return;
+    }
+    eprintln!("running bench/baselines.py on {} jobs ...", jobs.len());
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg("--jobs").arg(&file);
+    if !opts.baselines.is_empty() {
+        cmd.arg("--baselines").arg(opts.baselines.join(","));
+    }
+    let out = match cmd.stderr(std::process::Stdio::inherit()).output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench/baselines.py did not run: {e}");
+            return;
+        }
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let shape: Vec<usize> = v["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
+        let Some(i) = jobs.iter().position(|j| j.op == v["op"] && j.dtype.name() == v["dtype"] && j.shape == shape && j.causal == v["causal"].as_bool().unwrap_or(false)) else { continue };
+        let name = v["baseline"].as_str().unwrap_or("?").to_string();
+        rows[i].baselines.push((name, v["ms"].as_f64(), v["status"].as_str().unwrap_or("").to_string()));
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!("| op | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        let dt = r.dt_ms.map_or(r.status.clone(), |m| format!("{m:.3}"));
+        let (best, best_ms, ratio) = match (&r.best, r.dt_ms) {
+            (Some((n, b)), Some(d)) => (n.clone(), format!("{b:.3}"), format!("{:.2}", d / b)),
+            (Some((n, b)), None) => (n.clone(), format!("{b:.3}"), "-".into()),
+            _ => ("-".into(), "-".into(), "-".into()),
+        };
+        let copy = r.copy_fraction.map_or("-".into(), |f| format!("{f:.2}"));
+        println!("| {} | {} | {} | {dt} | {} | {} | {best} | {best_ms} | {ratio} | {copy} |", r.op, r.shape, r.dtype, r.rate, r.runs);
+    }
+    let failed: Vec<String> = rows.iter().flat_map(|r| r.baselines.iter().filter(|(_, _, s)| s.starts_with("failed")).map(move |(n, _, s)| format!("{} {} {} {n}: {s}", r.op, r.shape, r.dtype))).collect();
+    if !failed.is_empty() {
+        println!("\nbaselines that failed:");
+        for f in failed {
+            println!("- {f}");
+        }
+    }
+}
+
+fn to_json(rows: &[Row]) -> String {
+    let v: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "op": r.op, "shape": r.shape, "dtype": r.dtype, "dt_ms": r.dt_ms, "runs": r.runs, "rate": r.rate, "status": r.status,
+                "best_baseline": r.best.as_ref().map(|b| &b.0), "best_ms": r.best.as_ref().map(|b| b.1),
+                "ratio_dt_over_best": match (&r.best, r.dt_ms) { (Some(b), Some(d)) => Some(d / b.1), _ => None },
+                "copy_fraction": r.copy_fraction,
+                "baselines": r.baselines.iter().map(|(n, ms, s)| serde_json::json!({"name": n, "ms": ms, "status": s})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}
