@@ -61,6 +61,13 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* Exchange within groups of `width` lanes (a power of two up to 32). */
+#if defined(__HIPCC__)
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
+#else
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -245,16 +252,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l42 = (j / 64) % 1;
+                            const int l43 = (j / 64) % 1;
+                            const int l44 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l42 = (e / 64) % 1;
-                            const int l43 = (e / 64) % 1;
-                            const int l44 = (e / 1) % 64;
-                            float a45 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a45 = fmaxf(a45, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + q * 1]);
-                            v8[r] = a45;
+                            v8[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -303,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o61 = 0; o61 < s3; o61 += 64) {
+                for (long long o63 = 0; o63 < s3; o63 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll 1
@@ -314,17 +331,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o66 = 0; o66 < s5; o66 += 32) {
+                    for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l67 = (e / 2048) % 1;
-                                const int l68 = (e / 2048) % 1;
-                                const int l69 = (e / 32) % 64;
-                                const int l70 = (e / 1) % 32;
-                                v10[r] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o66 + l70 < s5) ? dt_load_f16(in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o66 + l70) * args.input_strides[0][3]]) : 0.0f;
+                                const int l69 = (e / 2048) % 1;
+                                const int l70 = (e / 2048) % 1;
+                                const int l71 = (e / 32) % 64;
+                                const int l72 = (e / 1) % 32;
+                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[16];
@@ -332,11 +349,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l71 = (e / 2048) % 1;
-                                const int l72 = (e / 2048) % 1;
-                                const int l73 = (e / 32) % 64;
-                                const int l74 = (e / 1) % 32;
-                                v11[r] = (o1 + l71 < s0 && o2 + l72 < s1 && o61 + l73 < s3 && o66 + l74 < s5) ? dt_load_f16(in1[(o1 + l71) * args.input_strides[1][0] + (o2 + l72) * args.input_strides[1][1] + (o61 + l73) * args.input_strides[1][2] + (o66 + l74) * args.input_strides[1][3]]) : 0.0f;
+                                const int l73 = (e / 2048) % 1;
+                                const int l74 = (e / 2048) % 1;
+                                const int l75 = (e / 32) % 64;
+                                const int l76 = (e / 1) % 32;
+                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -352,13 +369,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l75 = (e / 4096) % 1;
-                                const int l76 = (e / 4096) % 1;
-                                const int l77 = (e / 64) % 64;
-                                const int l78 = (e / 1) % 64;
-                                float a79 = 0.0f;
-                                for (int q = 0; q < 32; q++) a79 = fmaf((dt_smem + 0)[l75 * 2048 + l76 * 2048 + l77 * 32 + q * 1], (dt_smem + 4096)[l75 * 2048 + l76 * 2048 + l78 * 32 + q * 1], a79);
-                                v12[r] = a79;
+                                const int l77 = (e / 4096) % 1;
+                                const int l78 = (e / 4096) % 1;
+                                const int l79 = (e / 64) % 64;
+                                const int l80 = (e / 1) % 64;
+                                float a81 = 0.0f;
+                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
+                                v12[r] = a81;
                             }
                         }
                         __syncthreads();
@@ -430,10 +447,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l95 = (e / 4096) % 1;
-                            const int l96 = (e / 4096) % 1;
-                            const int l97 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l95 * 64 + l96 * 64 + l97]);
+                            const int l97 = (e / 4096) % 1;
+                            const int l98 = (e / 4096) % 1;
+                            const int l99 = (e / 64) % 64;
+                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
                         }
                     }
                     float v19[32];
@@ -449,8 +466,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 1) % 64;
-                            v20[r] = (o61 + l106 < s3) ? v19[r] : 0e0f;
+                            const int l108 = (e / 1) % 64;
+                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -458,16 +475,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l109 = (j / 64) % 1;
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l107 = (e / 64) % 1;
-                            const int l108 = (e / 64) % 1;
-                            const int l109 = (e / 1) % 64;
-                            float a110 = 0e0f;
-                            for (int q = 0; q < 64; q++) a110 = a110 + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + q * 1];
-                            v21[r] = a110;
+                            v21[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -507,7 +534,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o123 = b4 * 128; o123 < dt_min_ll(b4 * 128 + 128, s4); o123 += 128) {
+                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -518,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o128 = 0; o128 < s3; o128 += 64) {
+                    for (long long o132 = 0; o132 < s3; o132 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll 1
@@ -529,20 +556,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o133 = 0; o133 < s5; o133 += 32) {
+                        for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l134 = (e / 2048) % 1;
-                                    const int l135 = (e / 2048) % 1;
-                                    const int l136 = (e / 32) % 64;
-                                    const int l137 = (e / 1) % 32;
-                                    v23[r] = (o1 + l134 < s0 && o2 + l135 < s1 && o3 + l136 < s2 && o133 + l137 < s5) ? dt_load_f16(in0[(o1 + l134) * args.input_strides[0][0] + (o2 + l135) * args.input_strides[0][1] + (o3 + l136) * args.input_strides[0][2] + (o133 + l137) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v24[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -551,7 +566,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                     const int l139 = (e / 2048) % 1;
                                     const int l140 = (e / 32) % 64;
                                     const int l141 = (e / 1) % 32;
-                                    v24[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o128 + l140 < s3 && o133 + l141 < s5) ? dt_load_f16(in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o128 + l140) * args.input_strides[1][2] + (o133 + l141) * args.input_strides[1][3]]) : 0.0f;
+                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v24[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l142 = (e / 2048) % 1;
+                                    const int l143 = (e / 2048) % 1;
+                                    const int l144 = (e / 32) % 64;
+                                    const int l145 = (e / 1) % 32;
+                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -567,13 +594,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l142 = (e / 4096) % 1;
-                                    const int l143 = (e / 4096) % 1;
-                                    const int l144 = (e / 64) % 64;
-                                    const int l145 = (e / 1) % 64;
-                                    float a146 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a146 = fmaf((dt_smem + 0)[l142 * 2048 + l143 * 2048 + l144 * 32 + q * 1], (dt_smem + 4096)[l142 * 2048 + l143 * 2048 + l145 * 32 + q * 1], a146);
-                                    v25[r] = a146;
+                                    const int l146 = (e / 4096) % 1;
+                                    const int l147 = (e / 4096) % 1;
+                                    const int l148 = (e / 64) % 64;
+                                    const int l149 = (e / 1) % 64;
+                                    float a150 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
+                                    v25[r] = a150;
                                 }
                             }
                             __syncthreads();
@@ -645,10 +672,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l162 = (e / 4096) % 1;
-                                const int l163 = (e / 4096) % 1;
-                                const int l164 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l162 * 64 + l163 * 64 + l164]);
+                                const int l166 = (e / 4096) % 1;
+                                const int l167 = (e / 4096) % 1;
+                                const int l168 = (e / 64) % 64;
+                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
                             }
                         }
                         float v32[32];
@@ -664,8 +691,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l173 = (e / 1) % 64;
-                                v33[r] = (o128 + l173 < s3) ? v32[r] : 0e0f;
+                                const int l177 = (e / 1) % 64;
+                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -673,11 +700,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l174 = (e / 8192) % 1;
-                                const int l175 = (e / 8192) % 1;
-                                const int l176 = (e / 64) % 128;
-                                const int l177 = (e / 1) % 64;
-                                v34[r] = (o1 + l174 < s0 && o2 + l175 < s1 && o128 + l177 < s3 && o123 + l176 < s4) ? dt_load_f16(in2[(o1 + l174) * args.input_strides[2][0] + (o2 + l175) * args.input_strides[2][1] + (o128 + l177) * args.input_strides[2][2] + (o123 + l176) * args.input_strides[2][3]]) : 0.0f;
+                                const int l178 = (e / 8192) % 1;
+                                const int l179 = (e / 8192) % 1;
+                                const int l180 = (e / 64) % 128;
+                                const int l181 = (e / 1) % 64;
+                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -693,13 +720,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 128) % 64;
-                                const int l181 = (e / 1) % 128;
-                                float a182 = 0.0f;
-                                for (int q = 0; q < 64; q++) a182 = fmaf((dt_smem + 0)[l178 * 4096 + l179 * 4096 + l180 * 64 + q * 1], (dt_smem + 4096)[l178 * 8192 + l179 * 8192 + l181 * 64 + q * 1], a182);
-                                v35[r] = a182;
+                                const int l182 = (e / 8192) % 1;
+                                const int l183 = (e / 8192) % 1;
+                                const int l184 = (e / 128) % 64;
+                                const int l185 = (e / 1) % 128;
+                                float a186 = 0.0f;
+                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
+                                v35[r] = a186;
                             }
                         }
                         __syncthreads();
@@ -743,10 +770,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l194 = (e / 8192) % 1;
-                            const int l195 = (e / 8192) % 1;
-                            const int l196 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l194 * 64 + l195 * 64 + l196]);
+                            const int l198 = (e / 8192) % 1;
+                            const int l199 = (e / 8192) % 1;
+                            const int l200 = (e / 128) % 64;
+                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
                     __syncthreads();
@@ -757,11 +784,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            const int l201 = (e / 1) % 128;
-                            if (o1 + l198 < s0 && o2 + l199 < s1 && o3 + l200 < s2 && o123 + l201 < s4) out[(o1 + l198) * args.output_strides[0] + (o2 + l199) * args.output_strides[1] + (o3 + l200) * args.output_strides[2] + (o123 + l201) * args.output_strides[3]] = dt_store_f16(v38[r]);
+                            const int l202 = (e / 8192) % 1;
+                            const int l203 = (e / 8192) % 1;
+                            const int l204 = (e / 128) % 64;
+                            const int l205 = (e / 1) % 128;
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_f16(v38[r]);
                         }
                     }
                 }
@@ -940,16 +967,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l42 = (j / 64) % 1;
+                            const int l43 = (j / 64) % 1;
+                            const int l44 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l42 = (e / 64) % 1;
-                            const int l43 = (e / 64) % 1;
-                            const int l44 = (e / 1) % 64;
-                            float a45 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a45 = fmaxf(a45, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + q * 1]);
-                            v8[r] = a45;
+                            v8[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -998,7 +1035,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o61 = 0; o61 < s3; o61 += 64) {
+                for (long long o63 = 0; o63 < s3; o63 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll 1
@@ -1009,17 +1046,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o66 = 0; o66 < s5; o66 += 32) {
+                    for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l67 = (e / 2048) % 1;
-                                const int l68 = (e / 2048) % 1;
-                                const int l69 = (e / 32) % 64;
-                                const int l70 = (e / 1) % 32;
-                                v10[r] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o66 + l70 < s5) ? dt_load_bf16(in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o66 + l70) * args.input_strides[0][3]]) : 0.0f;
+                                const int l69 = (e / 2048) % 1;
+                                const int l70 = (e / 2048) % 1;
+                                const int l71 = (e / 32) % 64;
+                                const int l72 = (e / 1) % 32;
+                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[16];
@@ -1027,11 +1064,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l71 = (e / 2048) % 1;
-                                const int l72 = (e / 2048) % 1;
-                                const int l73 = (e / 32) % 64;
-                                const int l74 = (e / 1) % 32;
-                                v11[r] = (o1 + l71 < s0 && o2 + l72 < s1 && o61 + l73 < s3 && o66 + l74 < s5) ? dt_load_bf16(in1[(o1 + l71) * args.input_strides[1][0] + (o2 + l72) * args.input_strides[1][1] + (o61 + l73) * args.input_strides[1][2] + (o66 + l74) * args.input_strides[1][3]]) : 0.0f;
+                                const int l73 = (e / 2048) % 1;
+                                const int l74 = (e / 2048) % 1;
+                                const int l75 = (e / 32) % 64;
+                                const int l76 = (e / 1) % 32;
+                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1047,13 +1084,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l75 = (e / 4096) % 1;
-                                const int l76 = (e / 4096) % 1;
-                                const int l77 = (e / 64) % 64;
-                                const int l78 = (e / 1) % 64;
-                                float a79 = 0.0f;
-                                for (int q = 0; q < 32; q++) a79 = fmaf((dt_smem + 0)[l75 * 2048 + l76 * 2048 + l77 * 32 + q * 1], (dt_smem + 4096)[l75 * 2048 + l76 * 2048 + l78 * 32 + q * 1], a79);
-                                v12[r] = a79;
+                                const int l77 = (e / 4096) % 1;
+                                const int l78 = (e / 4096) % 1;
+                                const int l79 = (e / 64) % 64;
+                                const int l80 = (e / 1) % 64;
+                                float a81 = 0.0f;
+                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
+                                v12[r] = a81;
                             }
                         }
                         __syncthreads();
@@ -1125,10 +1162,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l95 = (e / 4096) % 1;
-                            const int l96 = (e / 4096) % 1;
-                            const int l97 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l95 * 64 + l96 * 64 + l97]);
+                            const int l97 = (e / 4096) % 1;
+                            const int l98 = (e / 4096) % 1;
+                            const int l99 = (e / 64) % 64;
+                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
                         }
                     }
                     float v19[32];
@@ -1144,8 +1181,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 1) % 64;
-                            v20[r] = (o61 + l106 < s3) ? v19[r] : 0e0f;
+                            const int l108 = (e / 1) % 64;
+                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -1153,16 +1190,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l109 = (j / 64) % 1;
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l107 = (e / 64) % 1;
-                            const int l108 = (e / 64) % 1;
-                            const int l109 = (e / 1) % 64;
-                            float a110 = 0e0f;
-                            for (int q = 0; q < 64; q++) a110 = a110 + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + q * 1];
-                            v21[r] = a110;
+                            v21[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -1202,7 +1249,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o123 = b4 * 128; o123 < dt_min_ll(b4 * 128 + 128, s4); o123 += 128) {
+                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -1213,7 +1260,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o128 = 0; o128 < s3; o128 += 64) {
+                    for (long long o132 = 0; o132 < s3; o132 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll 1
@@ -1224,20 +1271,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o133 = 0; o133 < s5; o133 += 32) {
+                        for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l134 = (e / 2048) % 1;
-                                    const int l135 = (e / 2048) % 1;
-                                    const int l136 = (e / 32) % 64;
-                                    const int l137 = (e / 1) % 32;
-                                    v23[r] = (o1 + l134 < s0 && o2 + l135 < s1 && o3 + l136 < s2 && o133 + l137 < s5) ? dt_load_bf16(in0[(o1 + l134) * args.input_strides[0][0] + (o2 + l135) * args.input_strides[0][1] + (o3 + l136) * args.input_strides[0][2] + (o133 + l137) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v24[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -1246,7 +1281,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                     const int l139 = (e / 2048) % 1;
                                     const int l140 = (e / 32) % 64;
                                     const int l141 = (e / 1) % 32;
-                                    v24[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o128 + l140 < s3 && o133 + l141 < s5) ? dt_load_bf16(in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o128 + l140) * args.input_strides[1][2] + (o133 + l141) * args.input_strides[1][3]]) : 0.0f;
+                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v24[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l142 = (e / 2048) % 1;
+                                    const int l143 = (e / 2048) % 1;
+                                    const int l144 = (e / 32) % 64;
+                                    const int l145 = (e / 1) % 32;
+                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -1262,13 +1309,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l142 = (e / 4096) % 1;
-                                    const int l143 = (e / 4096) % 1;
-                                    const int l144 = (e / 64) % 64;
-                                    const int l145 = (e / 1) % 64;
-                                    float a146 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a146 = fmaf((dt_smem + 0)[l142 * 2048 + l143 * 2048 + l144 * 32 + q * 1], (dt_smem + 4096)[l142 * 2048 + l143 * 2048 + l145 * 32 + q * 1], a146);
-                                    v25[r] = a146;
+                                    const int l146 = (e / 4096) % 1;
+                                    const int l147 = (e / 4096) % 1;
+                                    const int l148 = (e / 64) % 64;
+                                    const int l149 = (e / 1) % 64;
+                                    float a150 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
+                                    v25[r] = a150;
                                 }
                             }
                             __syncthreads();
@@ -1340,10 +1387,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l162 = (e / 4096) % 1;
-                                const int l163 = (e / 4096) % 1;
-                                const int l164 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l162 * 64 + l163 * 64 + l164]);
+                                const int l166 = (e / 4096) % 1;
+                                const int l167 = (e / 4096) % 1;
+                                const int l168 = (e / 64) % 64;
+                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
                             }
                         }
                         float v32[32];
@@ -1359,8 +1406,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l173 = (e / 1) % 64;
-                                v33[r] = (o128 + l173 < s3) ? v32[r] : 0e0f;
+                                const int l177 = (e / 1) % 64;
+                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -1368,11 +1415,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l174 = (e / 8192) % 1;
-                                const int l175 = (e / 8192) % 1;
-                                const int l176 = (e / 64) % 128;
-                                const int l177 = (e / 1) % 64;
-                                v34[r] = (o1 + l174 < s0 && o2 + l175 < s1 && o128 + l177 < s3 && o123 + l176 < s4) ? dt_load_bf16(in2[(o1 + l174) * args.input_strides[2][0] + (o2 + l175) * args.input_strides[2][1] + (o128 + l177) * args.input_strides[2][2] + (o123 + l176) * args.input_strides[2][3]]) : 0.0f;
+                                const int l178 = (e / 8192) % 1;
+                                const int l179 = (e / 8192) % 1;
+                                const int l180 = (e / 64) % 128;
+                                const int l181 = (e / 1) % 64;
+                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_bf16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1388,13 +1435,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 128) % 64;
-                                const int l181 = (e / 1) % 128;
-                                float a182 = 0.0f;
-                                for (int q = 0; q < 64; q++) a182 = fmaf((dt_smem + 0)[l178 * 4096 + l179 * 4096 + l180 * 64 + q * 1], (dt_smem + 4096)[l178 * 8192 + l179 * 8192 + l181 * 64 + q * 1], a182);
-                                v35[r] = a182;
+                                const int l182 = (e / 8192) % 1;
+                                const int l183 = (e / 8192) % 1;
+                                const int l184 = (e / 128) % 64;
+                                const int l185 = (e / 1) % 128;
+                                float a186 = 0.0f;
+                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
+                                v35[r] = a186;
                             }
                         }
                         __syncthreads();
@@ -1438,10 +1485,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l194 = (e / 8192) % 1;
-                            const int l195 = (e / 8192) % 1;
-                            const int l196 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l194 * 64 + l195 * 64 + l196]);
+                            const int l198 = (e / 8192) % 1;
+                            const int l199 = (e / 8192) % 1;
+                            const int l200 = (e / 128) % 64;
+                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
                     __syncthreads();
@@ -1452,11 +1499,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            const int l201 = (e / 1) % 128;
-                            if (o1 + l198 < s0 && o2 + l199 < s1 && o3 + l200 < s2 && o123 + l201 < s4) out[(o1 + l198) * args.output_strides[0] + (o2 + l199) * args.output_strides[1] + (o3 + l200) * args.output_strides[2] + (o123 + l201) * args.output_strides[3]] = dt_store_bf16(v38[r]);
+                            const int l202 = (e / 8192) % 1;
+                            const int l203 = (e / 8192) % 1;
+                            const int l204 = (e / 128) % 64;
+                            const int l205 = (e / 1) % 128;
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_bf16(v38[r]);
                         }
                     }
                 }
@@ -1635,16 +1682,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l42 = (j / 64) % 1;
+                            const int l43 = (j / 64) % 1;
+                            const int l44 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l42 = (e / 64) % 1;
-                            const int l43 = (e / 64) % 1;
-                            const int l44 = (e / 1) % 64;
-                            float a45 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a45 = fmaxf(a45, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + q * 1]);
-                            v8[r] = a45;
+                            v8[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -1693,7 +1750,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o61 = 0; o61 < s3; o61 += 64) {
+                for (long long o63 = 0; o63 < s3; o63 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll 1
@@ -1704,17 +1761,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o66 = 0; o66 < s5; o66 += 32) {
+                    for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l67 = (e / 2048) % 1;
-                                const int l68 = (e / 2048) % 1;
-                                const int l69 = (e / 32) % 64;
-                                const int l70 = (e / 1) % 32;
-                                v10[r] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o66 + l70 < s5) ? dt_load_f32(in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o66 + l70) * args.input_strides[0][3]]) : 0.0f;
+                                const int l69 = (e / 2048) % 1;
+                                const int l70 = (e / 2048) % 1;
+                                const int l71 = (e / 32) % 64;
+                                const int l72 = (e / 1) % 32;
+                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[16];
@@ -1722,11 +1779,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l71 = (e / 2048) % 1;
-                                const int l72 = (e / 2048) % 1;
-                                const int l73 = (e / 32) % 64;
-                                const int l74 = (e / 1) % 32;
-                                v11[r] = (o1 + l71 < s0 && o2 + l72 < s1 && o61 + l73 < s3 && o66 + l74 < s5) ? dt_load_f32(in1[(o1 + l71) * args.input_strides[1][0] + (o2 + l72) * args.input_strides[1][1] + (o61 + l73) * args.input_strides[1][2] + (o66 + l74) * args.input_strides[1][3]]) : 0.0f;
+                                const int l73 = (e / 2048) % 1;
+                                const int l74 = (e / 2048) % 1;
+                                const int l75 = (e / 32) % 64;
+                                const int l76 = (e / 1) % 32;
+                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1742,13 +1799,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l75 = (e / 4096) % 1;
-                                const int l76 = (e / 4096) % 1;
-                                const int l77 = (e / 64) % 64;
-                                const int l78 = (e / 1) % 64;
-                                float a79 = 0.0f;
-                                for (int q = 0; q < 32; q++) a79 = fmaf((dt_smem + 0)[l75 * 2048 + l76 * 2048 + l77 * 32 + q * 1], (dt_smem + 4096)[l75 * 2048 + l76 * 2048 + l78 * 32 + q * 1], a79);
-                                v12[r] = a79;
+                                const int l77 = (e / 4096) % 1;
+                                const int l78 = (e / 4096) % 1;
+                                const int l79 = (e / 64) % 64;
+                                const int l80 = (e / 1) % 64;
+                                float a81 = 0.0f;
+                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
+                                v12[r] = a81;
                             }
                         }
                         __syncthreads();
@@ -1820,10 +1877,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l95 = (e / 4096) % 1;
-                            const int l96 = (e / 4096) % 1;
-                            const int l97 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l95 * 64 + l96 * 64 + l97]);
+                            const int l97 = (e / 4096) % 1;
+                            const int l98 = (e / 4096) % 1;
+                            const int l99 = (e / 64) % 64;
+                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
                         }
                     }
                     float v19[32];
@@ -1839,8 +1896,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 1) % 64;
-                            v20[r] = (o61 + l106 < s3) ? v19[r] : 0e0f;
+                            const int l108 = (e / 1) % 64;
+                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -1848,16 +1905,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l109 = (j / 64) % 1;
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l107 = (e / 64) % 1;
-                            const int l108 = (e / 64) % 1;
-                            const int l109 = (e / 1) % 64;
-                            float a110 = 0e0f;
-                            for (int q = 0; q < 64; q++) a110 = a110 + (dt_smem + 0)[l107 * 4096 + l108 * 4096 + l109 * 64 + q * 1];
-                            v21[r] = a110;
+                            v21[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -1897,7 +1964,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o123 = b4 * 128; o123 < dt_min_ll(b4 * 128 + 128, s4); o123 += 128) {
+                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -1908,7 +1975,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o128 = 0; o128 < s3; o128 += 64) {
+                    for (long long o132 = 0; o132 < s3; o132 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll 1
@@ -1919,20 +1986,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o133 = 0; o133 < s5; o133 += 32) {
+                        for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l134 = (e / 2048) % 1;
-                                    const int l135 = (e / 2048) % 1;
-                                    const int l136 = (e / 32) % 64;
-                                    const int l137 = (e / 1) % 32;
-                                    v23[r] = (o1 + l134 < s0 && o2 + l135 < s1 && o3 + l136 < s2 && o133 + l137 < s5) ? dt_load_f32(in0[(o1 + l134) * args.input_strides[0][0] + (o2 + l135) * args.input_strides[0][1] + (o3 + l136) * args.input_strides[0][2] + (o133 + l137) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v24[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -1941,7 +1996,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                                     const int l139 = (e / 2048) % 1;
                                     const int l140 = (e / 32) % 64;
                                     const int l141 = (e / 1) % 32;
-                                    v24[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o128 + l140 < s3 && o133 + l141 < s5) ? dt_load_f32(in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o128 + l140) * args.input_strides[1][2] + (o133 + l141) * args.input_strides[1][3]]) : 0.0f;
+                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v24[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l142 = (e / 2048) % 1;
+                                    const int l143 = (e / 2048) % 1;
+                                    const int l144 = (e / 32) % 64;
+                                    const int l145 = (e / 1) % 32;
+                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -1957,13 +2024,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l142 = (e / 4096) % 1;
-                                    const int l143 = (e / 4096) % 1;
-                                    const int l144 = (e / 64) % 64;
-                                    const int l145 = (e / 1) % 64;
-                                    float a146 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a146 = fmaf((dt_smem + 0)[l142 * 2048 + l143 * 2048 + l144 * 32 + q * 1], (dt_smem + 4096)[l142 * 2048 + l143 * 2048 + l145 * 32 + q * 1], a146);
-                                    v25[r] = a146;
+                                    const int l146 = (e / 4096) % 1;
+                                    const int l147 = (e / 4096) % 1;
+                                    const int l148 = (e / 64) % 64;
+                                    const int l149 = (e / 1) % 64;
+                                    float a150 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
+                                    v25[r] = a150;
                                 }
                             }
                             __syncthreads();
@@ -2035,10 +2102,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l162 = (e / 4096) % 1;
-                                const int l163 = (e / 4096) % 1;
-                                const int l164 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l162 * 64 + l163 * 64 + l164]);
+                                const int l166 = (e / 4096) % 1;
+                                const int l167 = (e / 4096) % 1;
+                                const int l168 = (e / 64) % 64;
+                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
                             }
                         }
                         float v32[32];
@@ -2054,8 +2121,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l173 = (e / 1) % 64;
-                                v33[r] = (o128 + l173 < s3) ? v32[r] : 0e0f;
+                                const int l177 = (e / 1) % 64;
+                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -2063,11 +2130,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l174 = (e / 8192) % 1;
-                                const int l175 = (e / 8192) % 1;
-                                const int l176 = (e / 64) % 128;
-                                const int l177 = (e / 1) % 64;
-                                v34[r] = (o1 + l174 < s0 && o2 + l175 < s1 && o128 + l177 < s3 && o123 + l176 < s4) ? dt_load_f32(in2[(o1 + l174) * args.input_strides[2][0] + (o2 + l175) * args.input_strides[2][1] + (o128 + l177) * args.input_strides[2][2] + (o123 + l176) * args.input_strides[2][3]]) : 0.0f;
+                                const int l178 = (e / 8192) % 1;
+                                const int l179 = (e / 8192) % 1;
+                                const int l180 = (e / 64) % 128;
+                                const int l181 = (e / 1) % 64;
+                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f32(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2083,13 +2150,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 128) % 64;
-                                const int l181 = (e / 1) % 128;
-                                float a182 = 0.0f;
-                                for (int q = 0; q < 64; q++) a182 = fmaf((dt_smem + 0)[l178 * 4096 + l179 * 4096 + l180 * 64 + q * 1], (dt_smem + 4096)[l178 * 8192 + l179 * 8192 + l181 * 64 + q * 1], a182);
-                                v35[r] = a182;
+                                const int l182 = (e / 8192) % 1;
+                                const int l183 = (e / 8192) % 1;
+                                const int l184 = (e / 128) % 64;
+                                const int l185 = (e / 1) % 128;
+                                float a186 = 0.0f;
+                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
+                                v35[r] = a186;
                             }
                         }
                         __syncthreads();
@@ -2133,10 +2200,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l194 = (e / 8192) % 1;
-                            const int l195 = (e / 8192) % 1;
-                            const int l196 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l194 * 64 + l195 * 64 + l196]);
+                            const int l198 = (e / 8192) % 1;
+                            const int l199 = (e / 8192) % 1;
+                            const int l200 = (e / 128) % 64;
+                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
                     __syncthreads();
@@ -2147,11 +2214,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            const int l201 = (e / 1) % 128;
-                            if (o1 + l198 < s0 && o2 + l199 < s1 && o3 + l200 < s2 && o123 + l201 < s4) out[(o1 + l198) * args.output_strides[0] + (o2 + l199) * args.output_strides[1] + (o3 + l200) * args.output_strides[2] + (o123 + l201) * args.output_strides[3]] = dt_store_f32(v38[r]);
+                            const int l202 = (e / 8192) % 1;
+                            const int l203 = (e / 8192) % 1;
+                            const int l204 = (e / 128) % 64;
+                            const int l205 = (e / 1) % 128;
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_f32(v38[r]);
                         }
                     }
                 }
@@ -2400,16 +2467,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l50 = (j / 64) % 1;
+                            const int l51 = (j / 64) % 1;
+                            const int l52 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l50 = (e / 64) % 1;
-                            const int l51 = (e / 64) % 1;
-                            const int l52 = (e / 1) % 64;
-                            float a53 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a53 = fmaxf(a53, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + q * 1]);
-                            v14[r] = a53;
+                            v14[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -2458,14 +2535,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o71 = 0; o71 < s3; o71 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (e / 1) % 64;
-                            v16[r] = (float)(o69 + l70);
+                            const int l72 = (e / 1) % 64;
+                            v16[r] = (float)(o71 + l72);
                         }
                     }
                     float v17[1];
@@ -2473,8 +2550,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l71 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l71);
+                            const int l73 = (e / 1) % 64;
+                            v17[r] = (float)(o3 + l73);
                         }
                     }
                     __syncthreads();
@@ -2490,9 +2567,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l72 = (e / 64) % 64;
-                            const int l73 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
+                            const int l74 = (e / 64) % 64;
+                            const int l75 = (e / 1) % 64;
+                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -2505,17 +2582,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
+                    for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l79 = (e / 2048) % 1;
-                                const int l80 = (e / 2048) % 1;
-                                const int l81 = (e / 32) % 64;
-                                const int l82 = (e / 1) % 32;
-                                v19[r] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_f16(in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o78 + l82) * args.input_strides[0][3]]) : 0.0f;
+                                const int l81 = (e / 2048) % 1;
+                                const int l82 = (e / 2048) % 1;
+                                const int l83 = (e / 32) % 64;
+                                const int l84 = (e / 1) % 32;
+                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[16];
@@ -2523,11 +2600,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l83 = (e / 2048) % 1;
-                                const int l84 = (e / 2048) % 1;
-                                const int l85 = (e / 32) % 64;
-                                const int l86 = (e / 1) % 32;
-                                v20[r] = (o1 + l83 < s0 && o2 + l84 < s1 && o69 + l85 < s3 && o78 + l86 < s5) ? dt_load_f16(in1[(o1 + l83) * args.input_strides[1][0] + (o2 + l84) * args.input_strides[1][1] + (o69 + l85) * args.input_strides[1][2] + (o78 + l86) * args.input_strides[1][3]]) : 0.0f;
+                                const int l85 = (e / 2048) % 1;
+                                const int l86 = (e / 2048) % 1;
+                                const int l87 = (e / 32) % 64;
+                                const int l88 = (e / 1) % 32;
+                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2543,13 +2620,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l87 = (e / 4096) % 1;
-                                const int l88 = (e / 4096) % 1;
-                                const int l89 = (e / 64) % 64;
-                                const int l90 = (e / 1) % 64;
-                                float a91 = 0.0f;
-                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
-                                v21[r] = a91;
+                                const int l89 = (e / 4096) % 1;
+                                const int l90 = (e / 4096) % 1;
+                                const int l91 = (e / 64) % 64;
+                                const int l92 = (e / 1) % 64;
+                                float a93 = 0.0f;
+                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
+                                v21[r] = a93;
                             }
                         }
                         __syncthreads();
@@ -2633,9 +2710,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 64) % 64;
-                            const int l107 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l106 * 64 + l107] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                            const int l108 = (e / 64) % 64;
+                            const int l109 = (e / 1) % 64;
+                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                         }
                     }
                     float v29[1];
@@ -2655,10 +2732,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l111 = (e / 4096) % 1;
-                            const int l112 = (e / 4096) % 1;
-                            const int l113 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
+                            const int l113 = (e / 4096) % 1;
+                            const int l114 = (e / 4096) % 1;
+                            const int l115 = (e / 64) % 64;
+                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
                         }
                     }
                     float v31[32];
@@ -2674,8 +2751,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l122 = (e / 1) % 64;
-                            v32[r] = (o69 + l122 < s3) ? v31[r] : 0e0f;
+                            const int l124 = (e / 1) % 64;
+                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -2683,16 +2760,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l125 = (j / 64) % 1;
+                            const int l126 = (j / 64) % 1;
+                            const int l127 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l123 = (e / 64) % 1;
-                            const int l124 = (e / 64) % 1;
-                            const int l125 = (e / 1) % 64;
-                            float a126 = 0e0f;
-                            for (int q = 0; q < 64; q++) a126 = a126 + (dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1];
-                            v33[r] = a126;
+                            v33[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -2732,7 +2819,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o139 = b4 * 128; o139 < dt_min_ll(b4 * 128 + 128, s4); o139 += 128) {
+                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -2743,14 +2830,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o144 = 0; o144 < s3; o144 += 64) {
+                    for (long long o148 = 0; o148 < s3; o148 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l145 = (e / 1) % 64;
-                                v35[r] = (float)(o144 + l145);
+                                const int l149 = (e / 1) % 64;
+                                v35[r] = (float)(o148 + l149);
                             }
                         }
                         float v36[1];
@@ -2758,8 +2845,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l146 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l146);
+                                const int l150 = (e / 1) % 64;
+                                v36[r] = (float)(o3 + l150);
                             }
                         }
                         __syncthreads();
@@ -2775,9 +2862,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l147 = (e / 64) % 64;
-                                const int l148 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l148]) <= ((dt_smem + 4096)[l147]) ? 1.0f : 0.0f);
+                                const int l151 = (e / 64) % 64;
+                                const int l152 = (e / 1) % 64;
+                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -2790,20 +2877,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o153 = 0; o153 < s5; o153 += 32) {
+                        for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l154 = (e / 2048) % 1;
-                                    const int l155 = (e / 2048) % 1;
-                                    const int l156 = (e / 32) % 64;
-                                    const int l157 = (e / 1) % 32;
-                                    v38[r] = (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o153 + l157 < s5) ? dt_load_f16(in0[(o1 + l154) * args.input_strides[0][0] + (o2 + l155) * args.input_strides[0][1] + (o3 + l156) * args.input_strides[0][2] + (o153 + l157) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v39[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -2812,7 +2887,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                     const int l159 = (e / 2048) % 1;
                                     const int l160 = (e / 32) % 64;
                                     const int l161 = (e / 1) % 32;
-                                    v39[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o144 + l160 < s3 && o153 + l161 < s5) ? dt_load_f16(in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o144 + l160) * args.input_strides[1][2] + (o153 + l161) * args.input_strides[1][3]]) : 0.0f;
+                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v39[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l162 = (e / 2048) % 1;
+                                    const int l163 = (e / 2048) % 1;
+                                    const int l164 = (e / 32) % 64;
+                                    const int l165 = (e / 1) % 32;
+                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -2828,13 +2915,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l162 = (e / 4096) % 1;
-                                    const int l163 = (e / 4096) % 1;
-                                    const int l164 = (e / 64) % 64;
-                                    const int l165 = (e / 1) % 64;
-                                    float a166 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a166 = fmaf((dt_smem + 0)[l162 * 2048 + l163 * 2048 + l164 * 32 + q * 1], (dt_smem + 4096)[l162 * 2048 + l163 * 2048 + l165 * 32 + q * 1], a166);
-                                    v40[r] = a166;
+                                    const int l166 = (e / 4096) % 1;
+                                    const int l167 = (e / 4096) % 1;
+                                    const int l168 = (e / 64) % 64;
+                                    const int l169 = (e / 1) % 64;
+                                    float a170 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
+                                    v40[r] = a170;
                                 }
                             }
                             __syncthreads();
@@ -2918,9 +3005,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l181 = (e / 64) % 64;
-                                const int l182 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                                const int l185 = (e / 64) % 64;
+                                const int l186 = (e / 1) % 64;
+                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                             }
                         }
                         float v48[1];
@@ -2940,10 +3027,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l186 = (e / 4096) % 1;
-                                const int l187 = (e / 4096) % 1;
-                                const int l188 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l186 * 64 + l187 * 64 + l188]);
+                                const int l190 = (e / 4096) % 1;
+                                const int l191 = (e / 4096) % 1;
+                                const int l192 = (e / 64) % 64;
+                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
                             }
                         }
                         float v50[32];
@@ -2959,8 +3046,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l197 = (e / 1) % 64;
-                                v51[r] = (o144 + l197 < s3) ? v50[r] : 0e0f;
+                                const int l201 = (e / 1) % 64;
+                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -2968,11 +3055,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l198 = (e / 8192) % 1;
-                                const int l199 = (e / 8192) % 1;
-                                const int l200 = (e / 64) % 128;
-                                const int l201 = (e / 1) % 64;
-                                v52[r] = (o1 + l198 < s0 && o2 + l199 < s1 && o144 + l201 < s3 && o139 + l200 < s4) ? dt_load_f16(in2[(o1 + l198) * args.input_strides[2][0] + (o2 + l199) * args.input_strides[2][1] + (o144 + l201) * args.input_strides[2][2] + (o139 + l200) * args.input_strides[2][3]]) : 0.0f;
+                                const int l202 = (e / 8192) % 1;
+                                const int l203 = (e / 8192) % 1;
+                                const int l204 = (e / 64) % 128;
+                                const int l205 = (e / 1) % 64;
+                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2988,13 +3075,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 128) % 64;
-                                const int l205 = (e / 1) % 128;
-                                float a206 = 0.0f;
-                                for (int q = 0; q < 64; q++) a206 = fmaf((dt_smem + 0)[l202 * 4096 + l203 * 4096 + l204 * 64 + q * 1], (dt_smem + 4096)[l202 * 8192 + l203 * 8192 + l205 * 64 + q * 1], a206);
-                                v53[r] = a206;
+                                const int l206 = (e / 8192) % 1;
+                                const int l207 = (e / 8192) % 1;
+                                const int l208 = (e / 128) % 64;
+                                const int l209 = (e / 1) % 128;
+                                float a210 = 0.0f;
+                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
+                                v53[r] = a210;
                             }
                         }
                         __syncthreads();
@@ -3038,10 +3125,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l218 = (e / 8192) % 1;
-                            const int l219 = (e / 8192) % 1;
-                            const int l220 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l218 * 64 + l219 * 64 + l220]);
+                            const int l222 = (e / 8192) % 1;
+                            const int l223 = (e / 8192) % 1;
+                            const int l224 = (e / 128) % 64;
+                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
                     __syncthreads();
@@ -3052,11 +3139,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            const int l225 = (e / 1) % 128;
-                            if (o1 + l222 < s0 && o2 + l223 < s1 && o3 + l224 < s2 && o139 + l225 < s4) out[(o1 + l222) * args.output_strides[0] + (o2 + l223) * args.output_strides[1] + (o3 + l224) * args.output_strides[2] + (o139 + l225) * args.output_strides[3]] = dt_store_f16(v56[r]);
+                            const int l226 = (e / 8192) % 1;
+                            const int l227 = (e / 8192) % 1;
+                            const int l228 = (e / 128) % 64;
+                            const int l229 = (e / 1) % 128;
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_f16(v56[r]);
                         }
                     }
                 }
@@ -3305,16 +3392,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l50 = (j / 64) % 1;
+                            const int l51 = (j / 64) % 1;
+                            const int l52 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l50 = (e / 64) % 1;
-                            const int l51 = (e / 64) % 1;
-                            const int l52 = (e / 1) % 64;
-                            float a53 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a53 = fmaxf(a53, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + q * 1]);
-                            v14[r] = a53;
+                            v14[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -3363,14 +3460,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o71 = 0; o71 < s3; o71 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (e / 1) % 64;
-                            v16[r] = (float)(o69 + l70);
+                            const int l72 = (e / 1) % 64;
+                            v16[r] = (float)(o71 + l72);
                         }
                     }
                     float v17[1];
@@ -3378,8 +3475,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l71 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l71);
+                            const int l73 = (e / 1) % 64;
+                            v17[r] = (float)(o3 + l73);
                         }
                     }
                     __syncthreads();
@@ -3395,9 +3492,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l72 = (e / 64) % 64;
-                            const int l73 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
+                            const int l74 = (e / 64) % 64;
+                            const int l75 = (e / 1) % 64;
+                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3410,17 +3507,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
+                    for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l79 = (e / 2048) % 1;
-                                const int l80 = (e / 2048) % 1;
-                                const int l81 = (e / 32) % 64;
-                                const int l82 = (e / 1) % 32;
-                                v19[r] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_bf16(in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o78 + l82) * args.input_strides[0][3]]) : 0.0f;
+                                const int l81 = (e / 2048) % 1;
+                                const int l82 = (e / 2048) % 1;
+                                const int l83 = (e / 32) % 64;
+                                const int l84 = (e / 1) % 32;
+                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[16];
@@ -3428,11 +3525,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l83 = (e / 2048) % 1;
-                                const int l84 = (e / 2048) % 1;
-                                const int l85 = (e / 32) % 64;
-                                const int l86 = (e / 1) % 32;
-                                v20[r] = (o1 + l83 < s0 && o2 + l84 < s1 && o69 + l85 < s3 && o78 + l86 < s5) ? dt_load_bf16(in1[(o1 + l83) * args.input_strides[1][0] + (o2 + l84) * args.input_strides[1][1] + (o69 + l85) * args.input_strides[1][2] + (o78 + l86) * args.input_strides[1][3]]) : 0.0f;
+                                const int l85 = (e / 2048) % 1;
+                                const int l86 = (e / 2048) % 1;
+                                const int l87 = (e / 32) % 64;
+                                const int l88 = (e / 1) % 32;
+                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -3448,13 +3545,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l87 = (e / 4096) % 1;
-                                const int l88 = (e / 4096) % 1;
-                                const int l89 = (e / 64) % 64;
-                                const int l90 = (e / 1) % 64;
-                                float a91 = 0.0f;
-                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
-                                v21[r] = a91;
+                                const int l89 = (e / 4096) % 1;
+                                const int l90 = (e / 4096) % 1;
+                                const int l91 = (e / 64) % 64;
+                                const int l92 = (e / 1) % 64;
+                                float a93 = 0.0f;
+                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
+                                v21[r] = a93;
                             }
                         }
                         __syncthreads();
@@ -3538,9 +3635,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 64) % 64;
-                            const int l107 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l106 * 64 + l107] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                            const int l108 = (e / 64) % 64;
+                            const int l109 = (e / 1) % 64;
+                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                         }
                     }
                     float v29[1];
@@ -3560,10 +3657,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l111 = (e / 4096) % 1;
-                            const int l112 = (e / 4096) % 1;
-                            const int l113 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
+                            const int l113 = (e / 4096) % 1;
+                            const int l114 = (e / 4096) % 1;
+                            const int l115 = (e / 64) % 64;
+                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
                         }
                     }
                     float v31[32];
@@ -3579,8 +3676,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l122 = (e / 1) % 64;
-                            v32[r] = (o69 + l122 < s3) ? v31[r] : 0e0f;
+                            const int l124 = (e / 1) % 64;
+                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -3588,16 +3685,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l125 = (j / 64) % 1;
+                            const int l126 = (j / 64) % 1;
+                            const int l127 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l123 = (e / 64) % 1;
-                            const int l124 = (e / 64) % 1;
-                            const int l125 = (e / 1) % 64;
-                            float a126 = 0e0f;
-                            for (int q = 0; q < 64; q++) a126 = a126 + (dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1];
-                            v33[r] = a126;
+                            v33[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -3637,7 +3744,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o139 = b4 * 128; o139 < dt_min_ll(b4 * 128 + 128, s4); o139 += 128) {
+                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -3648,14 +3755,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o144 = 0; o144 < s3; o144 += 64) {
+                    for (long long o148 = 0; o148 < s3; o148 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l145 = (e / 1) % 64;
-                                v35[r] = (float)(o144 + l145);
+                                const int l149 = (e / 1) % 64;
+                                v35[r] = (float)(o148 + l149);
                             }
                         }
                         float v36[1];
@@ -3663,8 +3770,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l146 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l146);
+                                const int l150 = (e / 1) % 64;
+                                v36[r] = (float)(o3 + l150);
                             }
                         }
                         __syncthreads();
@@ -3680,9 +3787,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l147 = (e / 64) % 64;
-                                const int l148 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l148]) <= ((dt_smem + 4096)[l147]) ? 1.0f : 0.0f);
+                                const int l151 = (e / 64) % 64;
+                                const int l152 = (e / 1) % 64;
+                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -3695,20 +3802,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o153 = 0; o153 < s5; o153 += 32) {
+                        for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l154 = (e / 2048) % 1;
-                                    const int l155 = (e / 2048) % 1;
-                                    const int l156 = (e / 32) % 64;
-                                    const int l157 = (e / 1) % 32;
-                                    v38[r] = (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o153 + l157 < s5) ? dt_load_bf16(in0[(o1 + l154) * args.input_strides[0][0] + (o2 + l155) * args.input_strides[0][1] + (o3 + l156) * args.input_strides[0][2] + (o153 + l157) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v39[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -3717,7 +3812,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                     const int l159 = (e / 2048) % 1;
                                     const int l160 = (e / 32) % 64;
                                     const int l161 = (e / 1) % 32;
-                                    v39[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o144 + l160 < s3 && o153 + l161 < s5) ? dt_load_bf16(in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o144 + l160) * args.input_strides[1][2] + (o153 + l161) * args.input_strides[1][3]]) : 0.0f;
+                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v39[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l162 = (e / 2048) % 1;
+                                    const int l163 = (e / 2048) % 1;
+                                    const int l164 = (e / 32) % 64;
+                                    const int l165 = (e / 1) % 32;
+                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -3733,13 +3840,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l162 = (e / 4096) % 1;
-                                    const int l163 = (e / 4096) % 1;
-                                    const int l164 = (e / 64) % 64;
-                                    const int l165 = (e / 1) % 64;
-                                    float a166 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a166 = fmaf((dt_smem + 0)[l162 * 2048 + l163 * 2048 + l164 * 32 + q * 1], (dt_smem + 4096)[l162 * 2048 + l163 * 2048 + l165 * 32 + q * 1], a166);
-                                    v40[r] = a166;
+                                    const int l166 = (e / 4096) % 1;
+                                    const int l167 = (e / 4096) % 1;
+                                    const int l168 = (e / 64) % 64;
+                                    const int l169 = (e / 1) % 64;
+                                    float a170 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
+                                    v40[r] = a170;
                                 }
                             }
                             __syncthreads();
@@ -3823,9 +3930,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l181 = (e / 64) % 64;
-                                const int l182 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                                const int l185 = (e / 64) % 64;
+                                const int l186 = (e / 1) % 64;
+                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                             }
                         }
                         float v48[1];
@@ -3845,10 +3952,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l186 = (e / 4096) % 1;
-                                const int l187 = (e / 4096) % 1;
-                                const int l188 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l186 * 64 + l187 * 64 + l188]);
+                                const int l190 = (e / 4096) % 1;
+                                const int l191 = (e / 4096) % 1;
+                                const int l192 = (e / 64) % 64;
+                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
                             }
                         }
                         float v50[32];
@@ -3864,8 +3971,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l197 = (e / 1) % 64;
-                                v51[r] = (o144 + l197 < s3) ? v50[r] : 0e0f;
+                                const int l201 = (e / 1) % 64;
+                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -3873,11 +3980,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l198 = (e / 8192) % 1;
-                                const int l199 = (e / 8192) % 1;
-                                const int l200 = (e / 64) % 128;
-                                const int l201 = (e / 1) % 64;
-                                v52[r] = (o1 + l198 < s0 && o2 + l199 < s1 && o144 + l201 < s3 && o139 + l200 < s4) ? dt_load_bf16(in2[(o1 + l198) * args.input_strides[2][0] + (o2 + l199) * args.input_strides[2][1] + (o144 + l201) * args.input_strides[2][2] + (o139 + l200) * args.input_strides[2][3]]) : 0.0f;
+                                const int l202 = (e / 8192) % 1;
+                                const int l203 = (e / 8192) % 1;
+                                const int l204 = (e / 64) % 128;
+                                const int l205 = (e / 1) % 64;
+                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_bf16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -3893,13 +4000,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 128) % 64;
-                                const int l205 = (e / 1) % 128;
-                                float a206 = 0.0f;
-                                for (int q = 0; q < 64; q++) a206 = fmaf((dt_smem + 0)[l202 * 4096 + l203 * 4096 + l204 * 64 + q * 1], (dt_smem + 4096)[l202 * 8192 + l203 * 8192 + l205 * 64 + q * 1], a206);
-                                v53[r] = a206;
+                                const int l206 = (e / 8192) % 1;
+                                const int l207 = (e / 8192) % 1;
+                                const int l208 = (e / 128) % 64;
+                                const int l209 = (e / 1) % 128;
+                                float a210 = 0.0f;
+                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
+                                v53[r] = a210;
                             }
                         }
                         __syncthreads();
@@ -3943,10 +4050,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l218 = (e / 8192) % 1;
-                            const int l219 = (e / 8192) % 1;
-                            const int l220 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l218 * 64 + l219 * 64 + l220]);
+                            const int l222 = (e / 8192) % 1;
+                            const int l223 = (e / 8192) % 1;
+                            const int l224 = (e / 128) % 64;
+                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
                     __syncthreads();
@@ -3957,11 +4064,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            const int l225 = (e / 1) % 128;
-                            if (o1 + l222 < s0 && o2 + l223 < s1 && o3 + l224 < s2 && o139 + l225 < s4) out[(o1 + l222) * args.output_strides[0] + (o2 + l223) * args.output_strides[1] + (o3 + l224) * args.output_strides[2] + (o139 + l225) * args.output_strides[3]] = dt_store_bf16(v56[r]);
+                            const int l226 = (e / 8192) % 1;
+                            const int l227 = (e / 8192) % 1;
+                            const int l228 = (e / 128) % 64;
+                            const int l229 = (e / 1) % 128;
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_bf16(v56[r]);
                         }
                     }
                 }
@@ -4210,16 +4317,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = (-INFINITY);
+                        if (j < 64) {
+                            const int l50 = (j / 64) % 1;
+                            const int l51 = (j / 64) % 1;
+                            const int l52 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l50 = (e / 64) % 1;
-                            const int l51 = (e / 64) % 1;
-                            const int l52 = (e / 1) % 64;
-                            float a53 = (-INFINITY);
-                            for (int q = 0; q < 64; q++) a53 = fmaxf(a53, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + q * 1]);
-                            v14[r] = a53;
+                            v14[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -4268,14 +4385,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o71 = 0; o71 < s3; o71 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (e / 1) % 64;
-                            v16[r] = (float)(o69 + l70);
+                            const int l72 = (e / 1) % 64;
+                            v16[r] = (float)(o71 + l72);
                         }
                     }
                     float v17[1];
@@ -4283,8 +4400,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l71 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l71);
+                            const int l73 = (e / 1) % 64;
+                            v17[r] = (float)(o3 + l73);
                         }
                     }
                     __syncthreads();
@@ -4300,9 +4417,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l72 = (e / 64) % 64;
-                            const int l73 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
+                            const int l74 = (e / 64) % 64;
+                            const int l75 = (e / 1) % 64;
+                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -4315,17 +4432,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
+                    for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l79 = (e / 2048) % 1;
-                                const int l80 = (e / 2048) % 1;
-                                const int l81 = (e / 32) % 64;
-                                const int l82 = (e / 1) % 32;
-                                v19[r] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o78 + l82 < s5) ? dt_load_f32(in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o78 + l82) * args.input_strides[0][3]]) : 0.0f;
+                                const int l81 = (e / 2048) % 1;
+                                const int l82 = (e / 2048) % 1;
+                                const int l83 = (e / 32) % 64;
+                                const int l84 = (e / 1) % 32;
+                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[16];
@@ -4333,11 +4450,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 128;
                             if (e < 2048) {
-                                const int l83 = (e / 2048) % 1;
-                                const int l84 = (e / 2048) % 1;
-                                const int l85 = (e / 32) % 64;
-                                const int l86 = (e / 1) % 32;
-                                v20[r] = (o1 + l83 < s0 && o2 + l84 < s1 && o69 + l85 < s3 && o78 + l86 < s5) ? dt_load_f32(in1[(o1 + l83) * args.input_strides[1][0] + (o2 + l84) * args.input_strides[1][1] + (o69 + l85) * args.input_strides[1][2] + (o78 + l86) * args.input_strides[1][3]]) : 0.0f;
+                                const int l85 = (e / 2048) % 1;
+                                const int l86 = (e / 2048) % 1;
+                                const int l87 = (e / 32) % 64;
+                                const int l88 = (e / 1) % 32;
+                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4353,13 +4470,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l87 = (e / 4096) % 1;
-                                const int l88 = (e / 4096) % 1;
-                                const int l89 = (e / 64) % 64;
-                                const int l90 = (e / 1) % 64;
-                                float a91 = 0.0f;
-                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
-                                v21[r] = a91;
+                                const int l89 = (e / 4096) % 1;
+                                const int l90 = (e / 4096) % 1;
+                                const int l91 = (e / 64) % 64;
+                                const int l92 = (e / 1) % 64;
+                                float a93 = 0.0f;
+                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
+                                v21[r] = a93;
                             }
                         }
                         __syncthreads();
@@ -4443,9 +4560,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l106 = (e / 64) % 64;
-                            const int l107 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l106 * 64 + l107] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                            const int l108 = (e / 64) % 64;
+                            const int l109 = (e / 1) % 64;
+                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                         }
                     }
                     float v29[1];
@@ -4465,10 +4582,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l111 = (e / 4096) % 1;
-                            const int l112 = (e / 4096) % 1;
-                            const int l113 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
+                            const int l113 = (e / 4096) % 1;
+                            const int l114 = (e / 4096) % 1;
+                            const int l115 = (e / 64) % 64;
+                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
                         }
                     }
                     float v31[32];
@@ -4484,8 +4601,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 128;
                         if (e < 4096) {
-                            const int l122 = (e / 1) % 64;
-                            v32[r] = (o69 + l122 < s3) ? v31[r] : 0e0f;
+                            const int l124 = (e / 1) % 64;
+                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -4493,16 +4610,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
+                    /* cooperative reduction: 2 threads per result */
+                    {
+                        const int j = tid / 2;
+                        const int q = tid % 2;
+                        float p = 0e0f;
+                        if (j < 64) {
+                            const int l125 = (j / 64) % 1;
+                            const int l126 = (j / 64) % 1;
+                            const int l127 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                        }
+                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                    }
+                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l123 = (e / 64) % 1;
-                            const int l124 = (e / 64) % 1;
-                            const int l125 = (e / 1) % 64;
-                            float a126 = 0e0f;
-                            for (int q = 0; q < 64; q++) a126 = a126 + (dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1];
-                            v33[r] = a126;
+                            v33[r] = (dt_smem + 4096)[e];
                         }
                     }
                     __syncthreads();
@@ -4542,7 +4669,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o139 = b4 * 128; o139 < dt_min_ll(b4 * 128 + 128, s4); o139 += 128) {
+                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -4553,14 +4680,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o144 = 0; o144 < s3; o144 += 64) {
+                    for (long long o148 = 0; o148 < s3; o148 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l145 = (e / 1) % 64;
-                                v35[r] = (float)(o144 + l145);
+                                const int l149 = (e / 1) % 64;
+                                v35[r] = (float)(o148 + l149);
                             }
                         }
                         float v36[1];
@@ -4568,8 +4695,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l146 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l146);
+                                const int l150 = (e / 1) % 64;
+                                v36[r] = (float)(o3 + l150);
                             }
                         }
                         __syncthreads();
@@ -4585,9 +4712,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l147 = (e / 64) % 64;
-                                const int l148 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l148]) <= ((dt_smem + 4096)[l147]) ? 1.0f : 0.0f);
+                                const int l151 = (e / 64) % 64;
+                                const int l152 = (e / 1) % 64;
+                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4600,20 +4727,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o153 = 0; o153 < s5; o153 += 32) {
+                        for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 128;
-                                if (e < 2048) {
-                                    const int l154 = (e / 2048) % 1;
-                                    const int l155 = (e / 2048) % 1;
-                                    const int l156 = (e / 32) % 64;
-                                    const int l157 = (e / 1) % 32;
-                                    v38[r] = (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o153 + l157 < s5) ? dt_load_f32(in0[(o1 + l154) * args.input_strides[0][0] + (o2 + l155) * args.input_strides[0][1] + (o3 + l156) * args.input_strides[0][2] + (o153 + l157) * args.input_strides[0][3]]) : 0.0f;
-                                }
-                            }
-                            float v39[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
@@ -4622,7 +4737,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                                     const int l159 = (e / 2048) % 1;
                                     const int l160 = (e / 32) % 64;
                                     const int l161 = (e / 1) % 32;
-                                    v39[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o144 + l160 < s3 && o153 + l161 < s5) ? dt_load_f32(in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o144 + l160) * args.input_strides[1][2] + (o153 + l161) * args.input_strides[1][3]]) : 0.0f;
+                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                                }
+                            }
+                            float v39[16];
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) {
+                                const int e = tid + r * 128;
+                                if (e < 2048) {
+                                    const int l162 = (e / 2048) % 1;
+                                    const int l163 = (e / 2048) % 1;
+                                    const int l164 = (e / 32) % 64;
+                                    const int l165 = (e / 1) % 32;
+                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -4638,13 +4765,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             for (int r = 0; r < 32; r++) {
                                 const int e = tid + r * 128;
                                 if (e < 4096) {
-                                    const int l162 = (e / 4096) % 1;
-                                    const int l163 = (e / 4096) % 1;
-                                    const int l164 = (e / 64) % 64;
-                                    const int l165 = (e / 1) % 64;
-                                    float a166 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a166 = fmaf((dt_smem + 0)[l162 * 2048 + l163 * 2048 + l164 * 32 + q * 1], (dt_smem + 4096)[l162 * 2048 + l163 * 2048 + l165 * 32 + q * 1], a166);
-                                    v40[r] = a166;
+                                    const int l166 = (e / 4096) % 1;
+                                    const int l167 = (e / 4096) % 1;
+                                    const int l168 = (e / 64) % 64;
+                                    const int l169 = (e / 1) % 64;
+                                    float a170 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
+                                    v40[r] = a170;
                                 }
                             }
                             __syncthreads();
@@ -4728,9 +4855,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l181 = (e / 64) % 64;
-                                const int l182 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                                const int l185 = (e / 64) % 64;
+                                const int l186 = (e / 1) % 64;
+                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                             }
                         }
                         float v48[1];
@@ -4750,10 +4877,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l186 = (e / 4096) % 1;
-                                const int l187 = (e / 4096) % 1;
-                                const int l188 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l186 * 64 + l187 * 64 + l188]);
+                                const int l190 = (e / 4096) % 1;
+                                const int l191 = (e / 4096) % 1;
+                                const int l192 = (e / 64) % 64;
+                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
                             }
                         }
                         float v50[32];
@@ -4769,8 +4896,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 128;
                             if (e < 4096) {
-                                const int l197 = (e / 1) % 64;
-                                v51[r] = (o144 + l197 < s3) ? v50[r] : 0e0f;
+                                const int l201 = (e / 1) % 64;
+                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -4778,11 +4905,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l198 = (e / 8192) % 1;
-                                const int l199 = (e / 8192) % 1;
-                                const int l200 = (e / 64) % 128;
-                                const int l201 = (e / 1) % 64;
-                                v52[r] = (o1 + l198 < s0 && o2 + l199 < s1 && o144 + l201 < s3 && o139 + l200 < s4) ? dt_load_f32(in2[(o1 + l198) * args.input_strides[2][0] + (o2 + l199) * args.input_strides[2][1] + (o144 + l201) * args.input_strides[2][2] + (o139 + l200) * args.input_strides[2][3]]) : 0.0f;
+                                const int l202 = (e / 8192) % 1;
+                                const int l203 = (e / 8192) % 1;
+                                const int l204 = (e / 64) % 128;
+                                const int l205 = (e / 1) % 64;
+                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f32(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4798,13 +4925,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = tid + r * 128;
                             if (e < 8192) {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 128) % 64;
-                                const int l205 = (e / 1) % 128;
-                                float a206 = 0.0f;
-                                for (int q = 0; q < 64; q++) a206 = fmaf((dt_smem + 0)[l202 * 4096 + l203 * 4096 + l204 * 64 + q * 1], (dt_smem + 4096)[l202 * 8192 + l203 * 8192 + l205 * 64 + q * 1], a206);
-                                v53[r] = a206;
+                                const int l206 = (e / 8192) % 1;
+                                const int l207 = (e / 8192) % 1;
+                                const int l208 = (e / 128) % 64;
+                                const int l209 = (e / 1) % 128;
+                                float a210 = 0.0f;
+                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
+                                v53[r] = a210;
                             }
                         }
                         __syncthreads();
@@ -4848,10 +4975,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l218 = (e / 8192) % 1;
-                            const int l219 = (e / 8192) % 1;
-                            const int l220 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l218 * 64 + l219 * 64 + l220]);
+                            const int l222 = (e / 8192) % 1;
+                            const int l223 = (e / 8192) % 1;
+                            const int l224 = (e / 128) % 64;
+                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
                     __syncthreads();
@@ -4862,11 +4989,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = tid + r * 128;
                         if (e < 8192) {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            const int l225 = (e / 1) % 128;
-                            if (o1 + l222 < s0 && o2 + l223 < s1 && o3 + l224 < s2 && o139 + l225 < s4) out[(o1 + l222) * args.output_strides[0] + (o2 + l223) * args.output_strides[1] + (o3 + l224) * args.output_strides[2] + (o139 + l225) * args.output_strides[3]] = dt_store_f32(v56[r]);
+                            const int l226 = (e / 8192) % 1;
+                            const int l227 = (e / 8192) % 1;
+                            const int l228 = (e / 128) % 64;
+                            const int l229 = (e / 1) % 128;
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_f32(v56[r]);
                         }
                     }
                 }

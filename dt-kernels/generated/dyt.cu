@@ -61,6 +61,13 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* Exchange within groups of `width` lanes (a power of two up to 32). */
+#if defined(__HIPCC__)
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
+#else
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }

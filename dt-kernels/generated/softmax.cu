@@ -61,6 +61,13 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* Exchange within groups of `width` lanes (a power of two up to 32). */
+#if defined(__HIPCC__)
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
+#else
+DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -75,7 +82,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax for f16: grid block(x:4); 256 threads, 16384 bytes of shared memory */
+/* kernel softmax for f16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -127,14 +134,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
             __syncthreads();
             float v2[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = (-INFINITY);
+                if (j < 4) {
+                    const int l8 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                }
+                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l8 = (e / 1) % 4;
-                    float a9 = (-INFINITY);
-                    for (int q = 0; q < 1024; q++) a9 = fmaxf(a9, (dt_smem + 0)[l8 * 1024 + q * 1]);
-                    v2[r] = a9;
+                    v2[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();
@@ -237,14 +254,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
             __syncthreads();
             float v9[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = 0e0f;
+                if (j < 4) {
+                    const int l25 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                }
+                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l25 = (e / 1) % 4;
-                    float a26 = 0e0f;
-                    for (int q = 0; q < 1024; q++) a26 = a26 + (dt_smem + 0)[l25 * 1024 + q * 1];
-                    v9[r] = a26;
+                    v9[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();
@@ -362,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
     }
 }
 
-/* kernel softmax for bf16: grid block(x:4); 256 threads, 16384 bytes of shared memory */
+/* kernel softmax for bf16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -414,14 +441,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
             __syncthreads();
             float v2[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = (-INFINITY);
+                if (j < 4) {
+                    const int l8 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                }
+                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l8 = (e / 1) % 4;
-                    float a9 = (-INFINITY);
-                    for (int q = 0; q < 1024; q++) a9 = fmaxf(a9, (dt_smem + 0)[l8 * 1024 + q * 1]);
-                    v2[r] = a9;
+                    v2[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();
@@ -524,14 +561,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
             __syncthreads();
             float v9[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = 0e0f;
+                if (j < 4) {
+                    const int l25 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                }
+                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l25 = (e / 1) % 4;
-                    float a26 = 0e0f;
-                    for (int q = 0; q < 1024; q++) a26 = a26 + (dt_smem + 0)[l25 * 1024 + q * 1];
-                    v9[r] = a26;
+                    v9[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();
@@ -649,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
     }
 }
 
-/* kernel softmax for f32: grid block(x:4); 256 threads, 16384 bytes of shared memory */
+/* kernel softmax for f32: grid block(x:4); 256 threads, 16400 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -701,14 +748,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
             __syncthreads();
             float v2[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = (-INFINITY);
+                if (j < 4) {
+                    const int l8 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                }
+                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l8 = (e / 1) % 4;
-                    float a9 = (-INFINITY);
-                    for (int q = 0; q < 1024; q++) a9 = fmaxf(a9, (dt_smem + 0)[l8 * 1024 + q * 1]);
-                    v2[r] = a9;
+                    v2[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();
@@ -811,14 +868,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
             __syncthreads();
             float v9[1];
+            /* cooperative reduction: 32 threads per result */
+            {
+                const int j = tid / 32;
+                const int q = tid % 32;
+                float p = 0e0f;
+                if (j < 4) {
+                    const int l25 = (j / 1) % 4;
+                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                }
+                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
+                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+            }
+            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
                 if (e < 4) {
-                    const int l25 = (e / 1) % 4;
-                    float a26 = 0e0f;
-                    for (int q = 0; q < 1024; q++) a26 = a26 + (dt_smem + 0)[l25 * 1024 + q * 1];
-                    v9[r] = a26;
+                    v9[r] = (dt_smem + 4096)[e];
                 }
             }
             __syncthreads();

@@ -138,6 +138,11 @@ fn plan_publishing(k: &Kernel) -> Publishing {
                         // Reductions and dots read across threads: always published.
                         Op::Reduce { value: operand, .. } => {
                             add(p, *value, k, vec![*operand]);
+                            // Slot 1 receives the results of a cooperative reduction.
+                            if p.slot_elements.len() < 2 {
+                                p.slot_elements.push(0);
+                            }
+                            p.slot_elements[1] = p.slot_elements[1].max(shape.elements());
                             continue;
                         }
                         Op::Dot { a, b, .. } => {
@@ -290,6 +295,37 @@ impl Emitter<'_> {
         self.line("}");
     }
 
+    /// A reduction by groups of `group` consecutive threads per result element: each thread
+    /// combines a strided share of the reduced lanes (read from slot 0), the group combines
+    /// through shuffles within `group` lanes, and its first thread writes the result to slot 1.
+    fn cooperative_reduce(&mut self, op: dt_core::algo::RedOp, result: &Shape, input: &Shape, n: usize, st: usize, group: usize) {
+        let (src, res, nres) = (self.slot(0), self.slot(1), result.elements());
+        let ident = float_lit(op.identity());
+        self.line(&format!("/* cooperative reduction: {group} threads per result */"));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("const int j = tid / {group};"));
+        self.line(&format!("const int q = tid % {group};"));
+        self.line(&format!("float p = {ident};"));
+        self.line(&format!("if (j < {nres}) {{"));
+        self.depth += 1;
+        let lanes = Lanes(result.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
+        let base = lanes.index(input);
+        for ((d, ext), (_, l)) in result.0.iter().zip(&lanes.0) {
+            if mentions(&base, l) {
+                self.line(&format!("const int {l} = (j / {}) % {ext};", result.stride(*d)));
+            }
+        }
+        self.line(&format!("for (int i = q; i < {n}; i += {group}) p = {};", combine(op, "p", &format!("{src}[{base} + i * {st}]"))));
+        self.depth -= 1;
+        self.line("}");
+        self.line(&format!("for (int m = {}; m > 0; m >>= 1) p = {};", group / 2, combine(op, "p", &format!("dt_shfl_xor(p, m, {group})"))));
+        self.line(&format!("if (q == 0 && j < {nres}) {res}[j] = p;"));
+        self.depth -= 1;
+        self.line("}");
+        self.line("__syncthreads();");
+    }
+
     fn declare(&mut self, name: &str, shape: &Shape) {
         let r = self.regs(shape.elements());
         self.line(&format!("float {name}[{r}];"));
@@ -425,14 +461,22 @@ impl Emitter<'_> {
                 self.sources(id, &[*value]);
                 let slot = self.slot(0);
                 self.declare(&dst, &shape);
-                let (n, st) = (sv.extent(*dim).unwrap_or(1), sv.stride(*dim));
+                let (n, st) = (sv.extent(*dim).unwrap_or(1) as usize, sv.stride(*dim));
                 let ident = float_lit(op.identity());
-                self.for_owned(&shape, |e, l| {
-                    let acc = e.fresh("a");
-                    e.line(&format!("float {acc} = {ident};"));
-                    e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = {};", combine(*op, &acc, &format!("{slot}[{} + q * {st}]", l.index(&sv)))));
-                    e.line(&format!("{dst}[r] = {acc};"));
-                });
+                let group = reduce_group(self.threads as usize, shape.elements(), n);
+                if group == 1 {
+                    // One thread per result element, serially over the reduced lanes.
+                    self.for_owned(&shape, |e, l| {
+                        let acc = e.fresh("a");
+                        e.line(&format!("float {acc} = {ident};"));
+                        e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = {};", combine(*op, &acc, &format!("{slot}[{} + q * {st}]", l.index(&sv)))));
+                        e.line(&format!("{dst}[r] = {acc};"));
+                    });
+                } else {
+                    self.cooperative_reduce(*op, &shape, &sv, n, st, group);
+                    let res = self.slot(1);
+                    self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {res}[e];")));
+                }
             }
             Op::Dot { a, b, dim } => {
                 let (sa, sb) = (self.k.value(*a).shape.clone(), self.k.value(*b).shape.clone());
@@ -477,4 +521,16 @@ fn unroll(regs: usize) -> &'static str {
     } else {
         "#pragma unroll 1"
     }
+}
+
+/// Threads per result element of a reduction: a power of two, at most 32 (so the group lies in
+/// one warp on NVIDIA and in one half-wavefront on AMD), no more than the threads allow per
+/// result, and no more than the reduced lanes; 1 means one thread per result.
+fn reduce_group(threads: usize, results: usize, lanes: usize) -> usize {
+    let per_result = threads / results.max(1);
+    let mut g = 1;
+    while g * 2 <= per_result.min(32) && g * 2 <= lanes {
+        g *= 2;
+    }
+    g
 }
