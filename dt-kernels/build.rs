@@ -1,0 +1,276 @@
+//! Build script of dt-kernels: compiles every `specs/*.dt` with the DT compiler (the code path of
+//! `cargo xtask regen`) and embeds the results into the crate.
+//!
+//! Per spec it
+//! - compiles the CPU C into a static library `dt_cpu_<spec>` with the system C compiler (always:
+//!   it is the CPU fallback, and the crate links it);
+//! - writes the CUDA C to OUT_DIR, where the crate embeds it for NVRTC;
+//! - where nvcc is found (`NVCC`, `CUDA_HOME`, `CUDA_PATH`, `CUDA_ROOT`, `CUDA_TOOLKIT_ROOT_DIR`,
+//!   `/usr/local/cuda`, then `PATH`), compiles the CUDA C to a fatbin for `CUDA_COMPUTE_CAPS` /
+//!   `CUDA_COMPUTE_CAP` (default sm_80, sm_90a and PTX) and embeds it. Without nvcc the build
+//!   still succeeds: the kernels are compiled with NVRTC at first use. `DT_KERNELS_NO_NVCC=1`
+//!   skips nvcc even where it is installed.
+//!
+//! Every artifact is named by a content hash of what it is made from (source, compiler, flags),
+//! so a rerun that changes nothing compiles nothing. A failed compile stops the build with the
+//! exact command line and the compiler's output.
+//!
+//! The result is `OUT_DIR/kernels.rs`, included by `src/lib.rs`: per spec its text (re-lowered
+//! at run time for the launch metadata), its CUDA C, its fatbin if any, the launch parameters of
+//! each CUDA kernel, and the `extern "C"` declarations of its CPU kernels.
+
+use build_support::{cache, command, cuda, embed::EmbedModule, BuildEnv, CompileError};
+use dt_codegen::generate::{generate, SpecOutputs};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One spec read from `specs/`.
+struct Spec {
+    name: String,
+    text: String,
+    out: SpecOutputs,
+}
+
+fn main() {
+    let env = BuildEnv::from_process();
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR is set by Cargo"));
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR is set by Cargo"));
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let specs = read_specs(&manifest.join("specs"));
+    check_unique_symbols(&specs);
+
+    let cpu_dir = out_dir.join("cpu");
+    let cpu_libs = compile_cpu(&env, &cpu_dir, &specs);
+    println!("cargo:rustc-link-search=native={}", cpu_dir.display());
+    for lib in &cpu_libs {
+        println!("cargo:rustc-link-lib=static={lib}");
+    }
+    if std::env::var("CARGO_CFG_TARGET_FAMILY").is_ok_and(|f| f == "unix") {
+        println!("cargo:rustc-link-lib=m");
+    }
+
+    let cuda_dir = out_dir.join("cuda");
+    let cuda = compile_cuda(&env, &cuda_dir, &specs);
+
+    let module = kernels_rs(&out_dir, &specs, &cuda);
+    module.write(&out_dir.join("kernels.rs")).unwrap_or_else(|e| panic!("writing {}: {e}", out_dir.join("kernels.rs").display()));
+    env.emit_rerun_if_env_changed();
+}
+
+/// Reads and compiles every `*.dt` under `dir`, sorted by name.
+fn read_specs(dir: &Path) -> Vec<Spec> {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut paths: Vec<PathBuf> = entries.map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path()).filter(|p| p.extension().is_some_and(|x| x == "dt")).collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no *.dt specs under {}", dir.display());
+    paths
+        .iter()
+        .map(|path| {
+            println!("cargo:rerun-if-changed={}", path.display());
+            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_else(|| panic!("{}: the spec's name must be UTF-8", path.display())).to_string();
+            assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{}: a spec's name must be a C identifier", path.display());
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let out = generate(&name, &format!("dt-kernels/specs/{name}.dt"), &text).unwrap_or_else(|e| panic!("DT compile failed:\n{e}"));
+            Spec { name, text, out }
+        })
+        .collect()
+}
+
+/// All kernels of all specs link into one library, so their symbols must differ.
+fn check_unique_symbols(specs: &[Spec]) {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for s in specs {
+        for l in &s.out.cuda_launch {
+            if let Some((_, other)) = seen.iter().find(|(sym, _)| *sym == l.symbol) {
+                panic!("kernel symbol `{}` is defined by both specs/{other}.dt and specs/{}.dt; rename one of the kernels", l.symbol, s.name);
+            }
+            seen.push((&l.symbol, &s.name));
+        }
+    }
+}
+
+/// Writes `contents` to `path` unless it already holds them (keeps the timestamp).
+fn write_if_changed(path: &Path, contents: &[u8]) {
+    if std::fs::read(path).ok().as_deref() == Some(contents) {
+        return;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    }
+    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// The variables the `cc` crate reads for the compiler, archiver and flags, declared as inputs of
+/// the build; their values, for the cache key.
+fn cc_env(env: &BuildEnv) -> String {
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let host = std::env::var("HOST").unwrap_or_default();
+    let kind = if target == host { "HOST" } else { "TARGET" };
+    let mut values = String::new();
+    for var in ["CC", "CFLAGS", "AR", "ARFLAGS", "CRATE_CC_NO_DEFAULTS", "CC_FORCE_DISABLE", "CC_SHELL_ESCAPED_FLAGS"] {
+        for name in [format!("{var}_{target}"), format!("{var}_{}", target.replace('-', "_")), format!("{kind}_{var}"), var.to_string()] {
+            if let Some(v) = env.var_os(&name) {
+                let _ = writeln!(values, "{name}={}", v.to_string_lossy());
+            }
+        }
+    }
+    values
+}
+
+/// Compiles the CPU C of every spec into its own static library under `dir` (in parallel), each
+/// cached by a hash of its source and the compiler; returns the library names to link.
+fn compile_cpu(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> Vec<String> {
+    let env_values = cc_env(env);
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let tool = build_support::cpu::c_build().debug(false).cargo_metadata(false).try_get_compiler().unwrap_or_else(|e| panic!("no C compiler for the CPU fallback: {e}"));
+    let compiler = format!("{:?}", tool.to_command());
+    let version = command::version(tool.path()).unwrap_or_else(|e| panic!("{e}"));
+    let msvc = std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "msvc");
+    let file_name = |lib: &str| if msvc { format!("{lib}.lib") } else { format!("lib{lib}.a") };
+    std::thread::scope(|scope| {
+        let jobs: Vec<_> = specs
+            .iter()
+            .map(|spec| {
+                let (env_values, target, compiler, version) = (&env_values, &target, &compiler, &version);
+                scope.spawn(move || {
+                    let lib = format!("dt_cpu_{}", spec.name);
+                    let scratch = dir.join(format!("build-{}", spec.name));
+                    let artifact = cache::cached(&dir.join("cache"), &file_name(&lib), &[spec.out.c.as_bytes(), compiler.as_bytes(), version.as_bytes(), target.as_bytes(), env_values.as_bytes()], |tmp| {
+                        let src = scratch.join(format!("{}.c", spec.name));
+                        write_if_changed(&src, spec.out.c.as_bytes());
+                        let mut build = build_support::cpu::c_build();
+                        build.file(&src).out_dir(&scratch).debug(false).cargo_metadata(false);
+                        build.try_compile(&lib)?;
+                        let built = scratch.join(file_name(&lib));
+                        std::fs::copy(&built, tmp).map_err(|source| CompileError::Io { path: built, source })?;
+                        Ok(())
+                    });
+                    let artifact = artifact.unwrap_or_else(|e| panic!("compiling the CPU C of specs/{}.dt failed:\n{e}", spec.name));
+                    let bytes = std::fs::read(&artifact).unwrap_or_else(|e| panic!("{}: {e}", artifact.display()));
+                    write_if_changed(&dir.join(file_name(&lib)), &bytes);
+                    lib
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
+/// What the CUDA step made: per spec the path of its CUDA C and, with nvcc, of its fatbin.
+struct CudaArtifacts {
+    sources: Vec<PathBuf>,
+    fatbins: Vec<Option<PathBuf>>,
+    archs: String,
+}
+
+/// Writes every spec's CUDA C under `dir`; with nvcc, compiles each to a fatbin (in parallel,
+/// cached by a hash of the source, the architectures and nvcc's version).
+fn compile_cuda(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> CudaArtifacts {
+    let sources: Vec<PathBuf> = specs
+        .iter()
+        .map(|s| {
+            let path = dir.join(format!("{}.cu", s.name));
+            write_if_changed(&path, s.out.cuda.as_bytes());
+            path
+        })
+        .collect();
+    let skip = env.var("DT_KERNELS_NO_NVCC").is_some_and(|v| v != "0");
+    let nvcc = cuda::find_nvcc(env).filter(|_| !skip);
+    // Read in every case, so that the variables are declared inputs of the build.
+    let archs = cuda::compute_caps(env);
+    let Some(nvcc) = nvcc else {
+        return CudaArtifacts { fatbins: vec![None; specs.len()], sources, archs: String::new() };
+    };
+    let archs = archs.unwrap_or_else(|e| panic!("{e}"));
+    let arch_list = archs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+    let version = command::version(&nvcc).unwrap_or_else(|e| panic!("{e}"));
+    let nvcc_path = nvcc.to_string_lossy().into_owned();
+    let fatbins = std::thread::scope(|scope| {
+        let jobs: Vec<_> = specs
+            .iter()
+            .zip(&sources)
+            .map(|(spec, src)| {
+                let (nvcc, archs, arch_list, version, nvcc_path) = (&nvcc, &archs, &arch_list, &version, &nvcc_path);
+                scope.spawn(move || {
+                    let key: [&[u8]; 4] = [spec.out.cuda.as_bytes(), arch_list.as_bytes(), version.as_bytes(), nvcc_path.as_bytes()];
+                    cache::cached(&dir.join("cache"), &format!("{}.fatbin", spec.name), &key, |tmp| cuda::compile_fatbin(nvcc, src, tmp, archs, &[]))
+                        .unwrap_or_else(|e| panic!("compiling the CUDA C of specs/{}.dt with nvcc failed:\n{e}", spec.name))
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| Some(j.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))).collect()
+    });
+    CudaArtifacts { sources, fatbins, archs: arch_list }
+}
+
+fn const_name(spec: &str) -> String {
+    spec.to_ascii_uppercase()
+}
+
+/// The text of `kernels.rs`.
+fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModule {
+    let mut m = EmbedModule::new();
+    m.item("// Generated by dt-kernels/build.rs. Do not edit.");
+    // The argument block the crate mirrors must have the layout the emitters print.
+    {
+        use dt_codegen::abi::{self, DtArgs};
+        use std::mem::{offset_of, size_of};
+        m.item(&format!(
+            "const _: () = {{\n    use std::mem::{{offset_of, size_of}};\n    \
+             assert!(size_of::<DtArgs>() == {});\n    \
+             assert!(offset_of!(DtArgs, input_strides) == {});\n    \
+             assert!(offset_of!(DtArgs, output) == {});\n    \
+             assert!(offset_of!(DtArgs, output_strides) == {});\n    \
+             assert!(offset_of!(DtArgs, sizes) == {});\n    \
+             assert!(offset_of!(DtArgs, scalars) == {});\n    \
+             assert!(MAX_INPUTS == {} && MAX_RANK == {} && MAX_SCALARS == {} && MAX_DIMS == {});\n}};",
+            size_of::<DtArgs>(),
+            offset_of!(DtArgs, input_strides),
+            offset_of!(DtArgs, output),
+            offset_of!(DtArgs, output_strides),
+            offset_of!(DtArgs, sizes),
+            offset_of!(DtArgs, scalars),
+            abi::MAX_INPUTS,
+            abi::MAX_RANK,
+            abi::MAX_SCALARS,
+            abi::MAX_DIMS,
+        ));
+    }
+    m.item(&format!("/// Architectures of the embedded fatbins (empty: none built, NVRTC at first use).\npub const NVCC_ARCHS: &str = {:?};", cuda.archs));
+    let mut externs = String::from("extern \"C\" {\n");
+    let mut table = String::from("pub static SPECS: &[&SpecData] = &[");
+    for ((spec, src), fatbin) in specs.iter().zip(&cuda.sources).zip(&cuda.fatbins) {
+        let c = const_name(&spec.name);
+        let dt_path = out_dir.join("specs").join(format!("{}.dt", spec.name));
+        write_if_changed(&dt_path, spec.text.as_bytes());
+        m.str(&format!("{c}_DT"), &dt_path).expect("absolute path");
+        m.str(&format!("{c}_CUDA"), src).expect("absolute path");
+        let fatbin = match fatbin {
+            Some(path) => {
+                m.bytes(&format!("{c}_FATBIN"), path).expect("absolute path");
+                format!("Some({c}_FATBIN)")
+            }
+            None => "None".to_string(),
+        };
+        let launch: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes)).collect();
+        let cpu: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("({:?}, {} as CpuFn)", l.symbol, l.symbol)).collect();
+        for l in &spec.out.cuda_launch {
+            let _ = writeln!(externs, "    fn {}(args: *const DtArgs);", l.symbol);
+        }
+        m.item(&format!(
+            "static {c}: SpecData = SpecData {{\n    name: {:?},\n    dt: {c}_DT,\n    cuda: {c}_CUDA,\n    fatbin: {fatbin},\n    \
+             launch: &[\n        {}\n    ],\n    cpu: &[\n        {}\n    ],\n    kernels: std::sync::OnceLock::new(),\n}};",
+            spec.name,
+            launch.join(",\n        "),
+            cpu.join(",\n        "),
+        ));
+        let _ = write!(table, "&{c}, ");
+    }
+    externs.push('}');
+    table.push_str("];");
+    m.item(&externs);
+    m.item(&table);
+    m
+}

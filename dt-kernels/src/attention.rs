@@ -1,0 +1,36 @@
+//! Scaled dot-product attention (spec `specs/attention.dt`, kernels `attention` and
+//! `attention_causal`): one program per 64 queries of one (batch, head), keys in steps of 64,
+//! the softmax statistics computed on the fly.
+
+use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::plan::{InputDesc, OpDesc};
+use crate::{Element, Result};
+
+const INPUTS: &[InputDesc] = &[
+    InputDesc { param: "Q", arg: "q", axes: &["batch", "heads", "seq_q", "d"] },
+    InputDesc { param: "K", arg: "k", axes: &["batch", "heads", "seq_k", "d"] },
+    InputDesc { param: "V", arg: "v", axes: &["batch", "heads", "seq_k", "e"] },
+];
+
+const NONEMPTY: &[(&str, &str)] = &[("seq_k", "a softmax over no keys is undefined"), ("d", "the scores are scaled by 1/sqrt(d)")];
+
+static FULL: OpDesc = OpDesc { op: "attention", spec: "attention", kernel: "attention", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
+
+static CAUSAL: OpDesc = OpDesc { op: "attention (causal)", spec: "attention", kernel: "attention_causal", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
+
+pub(crate) fn op(causal: bool) -> &'static OpDesc {
+    if causal {
+        &CAUSAL
+    } else {
+        &FULL
+    }
+}
+
+/// `softmax(q k^T / sqrt(d)) v` for each (batch, head), on the GPU: `q` of
+/// `[batch, heads, seq_q, d]`, `k` of `[batch, heads, seq_k, d]`, `v` of
+/// `[batch, heads, seq_k, e]` (strided views accepted), result `[batch, heads, seq_q, e]`. With
+/// `causal`, query `i` attends only to keys `j <= i`. `seq_k` and `d` must not be 0 unless the
+/// result is empty.
+pub fn attention<T: Element>(gpu: &Gpu, q: &DeviceTensor<T>, k: &DeviceTensor<T>, v: &DeviceTensor<T>, causal: bool) -> Result<DeviceTensor<T>> {
+    gpu::run(gpu, op(causal), &[q, k, v], &[])
+}

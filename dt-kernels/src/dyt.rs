@@ -1,0 +1,25 @@
+//! Dynamic tanh, an element-wise replacement for normalization layers (spec `specs/dyt.dt`,
+//! kernel `dyt`).
+
+use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::plan::{InputDesc, OpDesc};
+use crate::{Element, Result};
+
+pub(crate) static OP: OpDesc = OpDesc {
+    op: "dyt",
+    spec: "dyt",
+    kernel: "dyt",
+    inputs: &[
+        InputDesc { param: "X", arg: "x", axes: &["rows", "cols"] },
+        InputDesc { param: "W", arg: "w", axes: &["cols"] },
+        InputDesc { param: "B", arg: "b", axes: &["cols"] },
+    ],
+    scalars: &["alpha"],
+    nonempty: &[],
+};
+
+/// `tanh(alpha * x) * w + b` with `x` of `[rows, cols]` and per-column `w`, `b` (`[cols]`), on
+/// the GPU. Result `[rows, cols]`.
+pub fn dyt<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, alpha: f32) -> Result<DeviceTensor<T>> {
+    gpu::run(gpu, &OP, &[x, w, b], &[alpha])
+}

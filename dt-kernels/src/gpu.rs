@@ -1,0 +1,395 @@
+//! The GPU side: a [`Gpu`] handle (context, stream, loaded modules) and [`DeviceTensor`].
+//!
+//! Kernels come from the fatbin that the build script compiled with nvcc, where it found nvcc;
+//! otherwise (or when the fatbin has no code for the GPU, or with [`Gpu::with_nvrtc`] or
+//! `DT_FORCE_NVRTC=1`) from the embedded CUDA C, compiled with NVRTC. Each spec's module is
+//! loaded once per context and kept for as long as a handle on that context lives.
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::layout::{self, contiguous_strides};
+use crate::plan::{plan, OpDesc};
+use crate::registry::{LaunchRow, SpecData, NVCC_ARCHS, SPECS};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// Where the kernels of a spec were loaded from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// The fatbin compiled by nvcc at build time.
+    Fatbin,
+    /// The embedded CUDA C, compiled by NVRTC at run time.
+    Nvrtc,
+}
+
+struct Loaded {
+    module: Arc<CudaModule>,
+    source: ModuleSource,
+}
+
+/// What every handle on one context shares: the loaded modules and functions.
+struct Shared {
+    ctx: Arc<CudaContext>,
+    nvrtc_only: bool,
+    modules: Vec<OnceLock<std::result::Result<Loaded, String>>>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+/// Live [`Shared`] per (context, NVRTC only).
+static REGISTRY: Mutex<Vec<(usize, bool, Weak<Shared>)>> = Mutex::new(Vec::new());
+
+fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
+    let key = ctx.cu_ctx() as usize;
+    let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.retain(|(_, _, w)| w.strong_count() > 0);
+    if let Some(s) = reg.iter().find(|(k, n, _)| *k == key && *n == nvrtc_only).and_then(|(_, _, w)| w.upgrade()) {
+        return s;
+    }
+    let s = Arc::new(Shared { ctx: ctx.clone(), nvrtc_only, modules: SPECS.iter().map(|_| OnceLock::new()).collect(), functions: Mutex::new(HashMap::new()) });
+    reg.push((key, nvrtc_only, Arc::downgrade(&s)));
+    s
+}
+
+fn force_nvrtc_from_env() -> bool {
+    std::env::var("DT_FORCE_NVRTC").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A GPU to run kernels on: a CUDA context, a stream the ops enqueue on, and the kernels loaded
+/// into the context. Cheap to clone (clones share the stream); [`Gpu::fork`] makes a handle with
+/// its own stream that shares the loaded kernels.
+///
+/// The ops are asynchronous: they enqueue on the stream and return; [`DeviceTensor::to_host`] or
+/// [`Gpu::synchronize`] waits.
+#[derive(Clone)]
+pub struct Gpu {
+    shared: Arc<Shared>,
+    stream: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("ordinal", &self.shared.ctx.ordinal()).field("nvrtc_only", &self.shared.nvrtc_only).finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// GPU 0, its default stream. `DT_FORCE_NVRTC=1` makes it compile the kernels with NVRTC
+    /// even where a fatbin was built. Fails (never panics) where there is no driver or no GPU.
+    pub fn new() -> Result<Gpu> {
+        Gpu::open(0, force_nvrtc_from_env())
+    }
+
+    /// GPU `ordinal`, its default stream (honours `DT_FORCE_NVRTC` as [`Gpu::new`]).
+    pub fn with_ordinal(ordinal: usize) -> Result<Gpu> {
+        Gpu::open(ordinal, force_nvrtc_from_env())
+    }
+
+    /// GPU 0, compiling every kernel from the embedded CUDA C with NVRTC, never from the fatbin.
+    pub fn with_nvrtc() -> Result<Gpu> {
+        Gpu::open(0, true)
+    }
+
+    /// A handle that enqueues on `stream` (of any context), e.g. one shared with other code.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Gpu {
+        Gpu { shared: shared_for(stream.context(), force_nvrtc_from_env()), stream }
+    }
+
+    fn open(ordinal: usize, nvrtc_only: bool) -> Result<Gpu> {
+        // SAFETY: only tries to open the driver library.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::Unavailable("the CUDA driver library (libcuda) was not found".into()));
+        }
+        let ctx = catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| Error::Unavailable("the CUDA driver library could not be loaded".into()))?
+            .map_err(Error::driver(format!("opening GPU {ordinal}")))?;
+        let stream = ctx.default_stream();
+        Ok(Gpu { shared: shared_for(&ctx, nvrtc_only), stream })
+    }
+
+    /// A handle on the same context with a new stream; the loaded kernels are shared.
+    pub fn fork(&self) -> Result<Gpu> {
+        let stream = self.shared.ctx.new_stream().map_err(Error::driver("creating a stream"))?;
+        Ok(Gpu { shared: self.shared.clone(), stream })
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.shared.ctx
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.shared.ctx.ordinal()
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> Result<String> {
+        self.shared.ctx.name().map_err(Error::driver("reading the device name"))
+    }
+
+    /// Waits until everything enqueued on the stream has run; reports a failed kernel.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(Error::driver("waiting for the stream"))
+    }
+
+    /// Whether the fatbin was built (nvcc found at build time), and for which architectures.
+    pub fn fatbin_archs() -> Option<&'static str> {
+        Some(NVCC_ARCHS).filter(|a| !a.is_empty())
+    }
+
+    /// Loads the kernels of `spec` (e.g. `"matmul"`) if they are not yet loaded, and says from
+    /// where they came.
+    pub fn module_source(&self, spec: &str) -> Result<ModuleSource> {
+        let i = crate::registry::spec_index(spec)?;
+        Ok(self.loaded(i)?.source)
+    }
+
+    /// Uploads a contiguous tensor (see [`DeviceTensor::from_host`]).
+    pub fn upload<T: Element>(&self, shape: impl Into<Vec<usize>>, data: &[T]) -> Result<DeviceTensor<T>> {
+        DeviceTensor::from_host(self, shape, data)
+    }
+
+    fn loaded(&self, spec_index: usize) -> Result<&Loaded> {
+        let spec: &'static SpecData = SPECS[spec_index];
+        let cell = &self.shared.modules[spec_index];
+        cell.get_or_init(|| self.shared.load(spec)).as_ref().map_err(|msg| Error::Compile { spec: spec.name, msg: msg.clone() })
+    }
+
+    /// The kernel function `symbol` of spec `spec_index`, with its launch parameters.
+    fn function(&self, spec_index: usize, symbol: &str) -> Result<(CudaFunction, LaunchRow)> {
+        let spec: &'static SpecData = SPECS[spec_index];
+        let row = spec.launch_row(symbol).ok_or_else(|| Error::Internal(format!("no CUDA kernel `{symbol}` in spec `{}`", spec.name)))?;
+        if let Some(f) = self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).get(row.symbol) {
+            return Ok((f.clone(), row));
+        }
+        let module = &self.loaded(spec_index)?.module;
+        let f = module.load_function(row.symbol).map_err(Error::driver(format!("finding kernel `{}`", row.symbol)))?;
+        if row.shared_bytes > 48 * 1024 {
+            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, row.shared_bytes as i32)
+                .map_err(Error::driver(format!("allowing kernel `{}` {} bytes of shared memory", row.symbol, row.shared_bytes)))?;
+        }
+        self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, f.clone());
+        Ok((f, row))
+    }
+}
+
+impl Shared {
+    /// Loads the kernels of `spec`: the fatbin if there is one (and NVRTC is not forced), else
+    /// (or if the fatbin does not load, e.g. no code for this GPU) the CUDA C through NVRTC.
+    fn load(&self, spec: &'static SpecData) -> std::result::Result<Loaded, String> {
+        let mut note = String::new();
+        if !self.nvrtc_only {
+            if let Some(image) = spec.fatbin {
+                match self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec())) {
+                    Ok(module) => return Ok(Loaded { module, source: ModuleSource::Fatbin }),
+                    Err(e) => note = format!("the fatbin built for {NVCC_ARCHS} did not load ({e}); "),
+                }
+            }
+        }
+        let (major, minor) = self.ctx.compute_capability().map_err(|e| format!("{note}reading the compute capability: {e}"))?;
+        // SAFETY: only tries to open the NVRTC library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(format!("{note}the NVRTC library (libnvrtc) was not found, and it is needed to compile the kernels (or build with nvcc installed to embed a fatbin)"));
+        }
+        let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch_name(major, minor)), options: vec!["--std=c++17".into()], name: Some(format!("{}.cu", spec.name)), ..Default::default() };
+        let ptx = catch_unwind(AssertUnwindSafe(|| cudarc::nvrtc::compile_ptx_with_opts(spec.cuda, opts)))
+            .map_err(|_| format!("{note}the NVRTC library could not be loaded"))?
+            .map_err(|e| format!("{note}{}", nvrtc_message(&e)))?;
+        let module = self.ctx.load_module(ptx).map_err(|e| format!("{note}loading the NVRTC output: {e}"))?;
+        Ok(Loaded { module, source: ModuleSource::Nvrtc })
+    }
+}
+
+fn nvrtc_message(e: &cudarc::nvrtc::CompileError) -> String {
+    match e {
+        cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log } => format!("NVRTC failed ({nvrtc:?}) with options {options:?}:\n{}", log.to_string_lossy()),
+        other => format!("NVRTC: {other:?}"),
+    }
+}
+
+/// `compute_XY` for NVRTC, interned.
+fn arch_name(major: i32, minor: i32) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let name = format!("compute_{major}{minor}");
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.into_boxed_str());
+    names.push(n);
+    n
+}
+
+/// A tensor in GPU memory: a buffer, a shape and strides (in elements). Views made by
+/// [`DeviceTensor::transpose`] or [`DeviceTensor::permute`] share the buffer. Results of the ops
+/// are contiguous.
+pub struct DeviceTensor<T: Element> {
+    buf: Arc<CudaSlice<T::Storage>>,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> Clone for DeviceTensor<T> {
+    /// Another view of the same buffer (no copy).
+    fn clone(&self) -> Self {
+        DeviceTensor { buf: self.buf.clone(), shape: self.shape.clone(), strides: self.strides.clone(), _t: PhantomData }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for DeviceTensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceTensor").field("dtype", &T::DTYPE).field("shape", &self.shape).field("strides", &self.strides).finish_non_exhaustive()
+    }
+}
+
+impl<T: Element> DeviceTensor<T> {
+    /// Uploads `data`, the row-major elements of `shape`, on `gpu`'s stream.
+    pub fn from_host(gpu: &Gpu, shape: impl Into<Vec<usize>>, data: &[T]) -> Result<Self> {
+        let shape = shape.into();
+        let strides = contiguous_strides(&shape);
+        let needed = layout::check(&|| "device tensor".to_string(), &shape, &strides, usize::MAX)?;
+        if needed != data.len() {
+            return Err(Error::DataLength { what: "device tensor".into(), shape, needed, got: data.len() });
+        }
+        Self::upload(gpu, shape, strides, data)
+    }
+
+    /// Uploads `data` and views it with `shape` and `strides`; every element the view reaches
+    /// must lie in `data`.
+    pub fn from_host_strided(gpu: &Gpu, shape: impl Into<Vec<usize>>, strides: impl Into<Vec<usize>>, data: &[T]) -> Result<Self> {
+        let (shape, strides) = (shape.into(), strides.into());
+        layout::check(&|| "device tensor".to_string(), &shape, &strides, data.len())?;
+        Self::upload(gpu, shape, strides, data)
+    }
+
+    /// Uploads a host tensor, keeping its strides.
+    pub fn from_host_tensor(gpu: &Gpu, t: &crate::HostTensor<T>) -> Result<Self> {
+        Self::from_host_strided(gpu, t.shape(), t.strides(), t.data())
+    }
+
+    fn upload(gpu: &Gpu, shape: Vec<usize>, strides: Vec<usize>, data: &[T]) -> Result<Self> {
+        let buf = if data.is_empty() {
+            // A zero-byte allocation is an error for the driver; keep one element instead.
+            gpu.stream.alloc_zeros::<T::Storage>(1)
+        } else {
+            gpu.stream.clone_htod(T::as_storage(data))
+        }
+        .map_err(Error::driver(format!("uploading a {} tensor of shape {shape:?}", T::DTYPE)))?;
+        Ok(DeviceTensor { buf: Arc::new(buf), shape, strides, _t: PhantomData })
+    }
+
+    /// Downloads the elements in row-major order of the shape (waits for the stream that made
+    /// the buffer).
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        if self.is_empty() {
+            return Ok(Vec::new());
+        }
+        let raw = self.buf.stream().clone_dtoh(&*self.buf).map_err(Error::driver(format!("downloading a {} tensor of shape {:?}", T::DTYPE, self.shape)))?;
+        Ok(layout::gather(&T::from_storage_vec(raw), &self.shape, &self.strides))
+    }
+
+    /// Downloads into a contiguous host tensor.
+    pub fn to_host_tensor(&self) -> Result<crate::HostTensor<T>> {
+        Ok(crate::HostTensor::from_parts(self.to_host()?, self.shape.clone()))
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    /// The number of elements of the shape.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.strides == contiguous_strides(&self.shape)
+    }
+
+    /// The buffer under the view.
+    pub fn buffer(&self) -> &CudaSlice<T::Storage> {
+        &self.buf
+    }
+
+    /// A view with axes `a` and `b` swapped (no copy): `a.transpose(0, 1)` of a `[m, k]` matrix
+    /// is its `[k, m]` transpose.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<Self> {
+        let mut axes: Vec<usize> = (0..self.shape.len()).collect();
+        if a >= axes.len() || b >= axes.len() {
+            return Err(Error::Stride { what: "device tensor".into(), msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()) });
+        }
+        axes.swap(a, b);
+        self.permute(&axes)
+    }
+
+    /// A view with the axes reordered: axis `i` of the result is axis `axes[i]` of `self`.
+    pub fn permute(&self, axes: &[usize]) -> Result<Self> {
+        let (shape, strides) = layout::permute(&|| "device tensor".to_string(), &self.shape, &self.strides, axes)?;
+        Ok(DeviceTensor { buf: self.buf.clone(), shape, strides, _t: PhantomData })
+    }
+}
+
+/// Runs `op` on device tensors: checks the arguments, allocates the contiguous output, launches
+/// (nothing when the output is empty).
+pub(crate) fn run<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<DeviceTensor<T>> {
+    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
+    let plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let ctx = gpu.shared.ctx.cu_ctx();
+    for (t, desc) in inputs.iter().zip(op.inputs) {
+        let theirs = t.buf.stream().context();
+        if theirs.cu_ctx() != ctx {
+            return Err(Error::WrongDevice { op: op.op, arg: desc.arg, tensor_device: theirs.ordinal(), gpu_device: gpu.ordinal() });
+        }
+    }
+    let out_shape = plan.out_shape.clone();
+    // SAFETY: the kernel writes every element of the output before anything reads it; an
+    // empty output is never read.
+    let mut out = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }.map_err(Error::driver(format!("{}: allocating the output {out_shape:?}", op.op)))?;
+    if plan.programs > 0 {
+        let (f, row) = gpu.function(plan.spec_index, &plan.symbol)?;
+        let align = std::mem::align_of::<T::Storage>();
+        let mut args = plan.args;
+        // The guards make the stream wait for pending writes of the inputs and record this
+        // launch as a read of them (and a write of the output) when dropped after the launch,
+        // so that buffers used on other streams are not freed or overwritten too early.
+        let mut guards = Vec::with_capacity(plan.slots.len());
+        for (slot, &j) in plan.slots.iter().enumerate() {
+            let (ptr, guard) = inputs[j].buf.device_ptr(&gpu.stream);
+            if ptr as usize % align != 0 {
+                return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align });
+            }
+            args.inputs[slot] = ptr;
+            guards.push(guard);
+        }
+        let (out_ptr, out_guard) = out.device_ptr_mut(&gpu.stream);
+        args.output = out_ptr;
+        let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
+        let mut launch = gpu.stream.launch_builder(&f);
+        launch.arg(&args);
+        // SAFETY: the kernel takes one `dt_args` by value. Every input pointer refers to the
+        // live buffer of a `DeviceTensor` whose shape and strides reach only elements inside it
+        // (checked when it was made), and the kernel reads inputs only at the sizes and strides
+        // in `args`, which `plan` took from those tensors. The output buffer holds the
+        // `out_elements` elements of the contiguous output. Grid, block and shared memory are
+        // what the emitter computed for this kernel.
+        unsafe { launch.launch(cfg) }.map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
+        drop(out_guard);
+        drop(guards);
+    }
+    Ok(DeviceTensor { buf: Arc::new(out), strides: contiguous_strides(&out_shape), shape: out_shape, _t: PhantomData })
+}

@@ -1,0 +1,24 @@
+//! Layer normalization over the last dimension (spec `specs/layernorm.dt`, kernel `layernorm`).
+
+use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::plan::{InputDesc, OpDesc};
+use crate::{Element, Result};
+
+pub(crate) static OP: OpDesc = OpDesc {
+    op: "layernorm",
+    spec: "layernorm",
+    kernel: "layernorm",
+    inputs: &[
+        InputDesc { param: "X", arg: "x", axes: &["rows", "cols"] },
+        InputDesc { param: "W", arg: "w", axes: &["cols"] },
+        InputDesc { param: "B", arg: "b", axes: &["cols"] },
+    ],
+    scalars: &["eps"],
+    nonempty: &[],
+};
+
+/// `(x - mean) / sqrt(var + eps) * w + b` for each row of `x` (`[rows, cols]`), with the biased
+/// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`.
+pub fn layernorm<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, eps: f32) -> Result<DeviceTensor<T>> {
+    gpu::run(gpu, &OP, &[x, w, b], &[eps])
+}

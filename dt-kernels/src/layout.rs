@@ -1,0 +1,117 @@
+//! Shapes and strides: validation, contiguous strides, gathering a strided view.
+
+use crate::error::{Error, Result};
+use crate::registry::MAX_RANK;
+use dt_core::tensor::MAX_ELEMENTS;
+
+/// Row-major (contiguous) strides of `shape`, in elements.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// The number of elements of `shape`, checked against the 2^31 limit of the kernels.
+pub(crate) fn elements(what: &dyn Fn() -> String, shape: &[usize]) -> Result<usize> {
+    let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128)).unwrap_or(u128::MAX);
+    if n > MAX_ELEMENTS as u128 {
+        return Err(Error::TooLarge { what: what(), elements: n });
+    }
+    Ok(n as usize)
+}
+
+/// Checks that `shape` with `strides` only reaches elements `0..len` of its data; returns the
+/// number of elements of the shape.
+pub(crate) fn check(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize], len: usize) -> Result<usize> {
+    if shape.len() > MAX_RANK {
+        return Err(Error::Stride { what: what(), msg: format!("{} axes; at most {MAX_RANK} are supported", shape.len()) });
+    }
+    if strides.len() != shape.len() {
+        return Err(Error::Stride { what: what(), msg: format!("{} strides for a shape of {} axes ({shape:?})", strides.len(), shape.len()) });
+    }
+    let n = elements(what, shape)?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut last: u128 = 0;
+    for (&d, &s) in shape.iter().zip(strides) {
+        if s as u128 > i64::MAX as u128 {
+            return Err(Error::Stride { what: what(), msg: format!("stride {s} does not fit a 64-bit signed index") });
+        }
+        last += (d as u128 - 1) * s as u128;
+    }
+    if last >= len as u128 {
+        return Err(Error::Stride {
+            what: what(),
+            msg: format!("shape {shape:?} with strides {strides:?} reaches element {last}, past the end of its {len} elements of data"),
+        });
+    }
+    Ok(n)
+}
+
+/// The elements of a strided view in row-major order.
+pub(crate) fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return Vec::new();
+    }
+    if strides == contiguous_strides(shape).as_slice() {
+        return data[..n].to_vec();
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut index = vec![0usize; shape.len()];
+    let mut offset = 0usize;
+    for _ in 0..n {
+        out.push(data[offset]);
+        for axis in (0..shape.len()).rev() {
+            index[axis] += 1;
+            offset += strides[axis];
+            if index[axis] < shape[axis] {
+                break;
+            }
+            offset -= strides[axis] * shape[axis];
+            index[axis] = 0;
+        }
+    }
+    out
+}
+
+/// `shape` and `strides` with their axes in the order `axes` (a permutation).
+pub(crate) fn permute(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize], axes: &[usize]) -> Result<(Vec<usize>, Vec<usize>)> {
+    let mut seen = vec![false; shape.len()];
+    let ok = axes.len() == shape.len() && axes.iter().all(|&a| a < shape.len() && !std::mem::replace(&mut seen[a], true));
+    if !ok {
+        return Err(Error::Stride { what: what(), msg: format!("{axes:?} is not a permutation of the {} axes", shape.len()) });
+    }
+    Ok((axes.iter().map(|&a| shape[a]).collect(), axes.iter().map(|&a| strides[a]).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_follows_strides() {
+        // [[0 1 2] [3 4 5]] transposed: shape [3, 2], strides [1, 3].
+        let data = [0, 1, 2, 3, 4, 5];
+        assert_eq!(gather(&data, &[3, 2], &[1, 3]), vec![0, 3, 1, 4, 2, 5]);
+        assert_eq!(gather(&data, &[2, 3], &[3, 1]), data.to_vec());
+        assert_eq!(gather(&data, &[2, 2], &[0, 2]), vec![0, 2, 0, 2]);
+        assert_eq!(gather::<i32>(&[], &[0, 4], &[4, 1]), Vec::<i32>::new());
+        assert_eq!(gather(&data, &[], &[]), vec![0]);
+    }
+
+    #[test]
+    fn check_catches_strides_past_the_end() {
+        let what = || "t".to_string();
+        assert_eq!(check(&what, &[2, 3], &[3, 1], 6).unwrap(), 6);
+        assert!(check(&what, &[2, 3], &[3, 1], 5).is_err());
+        assert!(check(&what, &[2, 3], &[1], 6).is_err());
+        assert_eq!(check(&what, &[0, 3], &[3, 1], 0).unwrap(), 0);
+        assert!(check(&what, &[1 << 20, 1 << 12], &[1 << 12, 1], usize::MAX).is_err());
+        assert!(permute(&what, &[2, 3], &[3, 1], &[0, 0]).is_err());
+        assert_eq!(permute(&what, &[2, 3], &[3, 1], &[1, 0]).unwrap(), (vec![3, 2], vec![1, 3]));
+    }
+}

@@ -1,0 +1,22 @@
+//! Matrix product `a @ b` (spec `specs/matmul.dt`, kernel `mm`): tensor-core tiles of 128 x 128,
+//! accumulated in f32.
+
+use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::plan::{InputDesc, OpDesc};
+use crate::{Element, Result};
+
+pub(crate) static OP: OpDesc = OpDesc {
+    op: "matmul",
+    spec: "matmul",
+    kernel: "mm",
+    inputs: &[InputDesc { param: "A", arg: "a", axes: &["m", "k"] }, InputDesc { param: "B", arg: "b", axes: &["k", "n"] }],
+    scalars: &[],
+    nonempty: &[],
+};
+
+/// `a @ b` on the GPU: `a` of `[m, k]`, `b` of `[k, n]`, result `[m, n]` (contiguous). Either
+/// input may be a strided view, e.g. [`DeviceTensor::transpose`] of a stored matrix. With
+/// `k = 0` the result is zeros; with `m = 0` or `n = 0` it is empty and nothing is launched.
+pub fn matmul<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
+    gpu::run(gpu, &OP, &[a, b], &[])
+}

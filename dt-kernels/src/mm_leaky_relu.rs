@@ -1,0 +1,24 @@
+//! Matrix product fused with a leaky ReLU of slope 0.01 (spec `specs/mm_leaky_relu.dt`, kernel
+//! `out`): the product tile never leaves the program.
+
+use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::plan::{InputDesc, OpDesc};
+use crate::{Element, Result};
+
+/// The slope of the negative part, fixed by the spec.
+pub const SLOPE: f32 = 0.01;
+
+pub(crate) static OP: OpDesc = OpDesc {
+    op: "mm_leaky_relu",
+    spec: "mm_leaky_relu",
+    kernel: "out",
+    inputs: &[InputDesc { param: "A", arg: "a", axes: &["m", "k"] }, InputDesc { param: "B", arg: "b", axes: &["k", "n"] }],
+    scalars: &[],
+    nonempty: &[],
+};
+
+/// `leaky_relu(a @ b)` on the GPU: each product `v` becomes `v` if `v > 0`, else `0.01 * v`.
+/// `a` of `[m, k]`, `b` of `[k, n]` (strided views accepted), result `[m, n]`.
+pub fn mm_leaky_relu<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
+    gpu::run(gpu, &OP, &[a, b], &[])
+}

@@ -1,0 +1,143 @@
+//! Matching the arguments of one call to a generated kernel: ranks, shared sizes, limits, the
+//! dtype, and the argument block (everything but the pointers). Both backends go through here,
+//! so a shape error reads the same on the CPU and on the GPU.
+
+use crate::error::{Error, Result};
+use crate::layout::{contiguous_strides, elements};
+use crate::registry::{spec_index, DtArgs, SpecData, MAX_DIMS, MAX_INPUTS, MAX_SCALARS, SPECS};
+use dt_core::kir::Kernel;
+use dt_core::DType;
+
+/// One tensor argument of an op.
+pub(crate) struct InputDesc {
+    /// The input's name in the spec (`A`).
+    pub param: &'static str,
+    /// The argument's name in the Rust API (`a`).
+    pub arg: &'static str,
+    /// The name of each axis, as the API documents it (`["m", "k"]`).
+    pub axes: &'static [&'static str],
+}
+
+/// A library op: which kernel of which spec it runs, and how its arguments are named.
+pub(crate) struct OpDesc {
+    pub op: &'static str,
+    pub spec: &'static str,
+    pub kernel: &'static str,
+    pub inputs: &'static [InputDesc],
+    /// The spec's names of the scalar arguments, in the order the op passes them.
+    pub scalars: &'static [&'static str],
+    /// Axes (by API name) that must not be 0 when the output is not empty, and why.
+    pub nonempty: &'static [(&'static str, &'static str)],
+}
+
+/// A call matched to its kernel.
+pub(crate) struct Plan {
+    pub spec_index: usize,
+    pub spec: &'static SpecData,
+    pub symbol: String,
+    /// For each input slot of the kernel, the index of the op's argument that fills it.
+    pub slots: Vec<usize>,
+    pub out_shape: Vec<usize>,
+    pub out_elements: usize,
+    /// The argument block without pointers.
+    pub args: DtArgs,
+    /// Programs to launch (0 when the output is empty).
+    pub programs: usize,
+}
+
+/// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
+/// `scalars` (in `op.scalars` order) to `op`'s kernel instantiated for `dtype`.
+pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+    if shapes.len() != op.inputs.len() || scalars.len() != op.scalars.len() {
+        return Err(Error::Internal(format!("{}: {} inputs and {} scalars passed to a kernel of {} and {}", op.op, shapes.len(), scalars.len(), op.inputs.len(), op.scalars.len())));
+    }
+    // Ranks and sizes, by the API's axis names.
+    let mut sizes: Vec<(&'static str, usize, &'static str, usize)> = Vec::new(); // (axis name, size, arg, axis)
+    for (desc, (shape, _)) in op.inputs.iter().zip(shapes) {
+        if shape.len() != desc.axes.len() {
+            return Err(Error::Rank { op: op.op, arg: desc.arg, shape: shape.to_vec(), axes: desc.axes });
+        }
+        elements(&|| format!("{}: `{}`", op.op, desc.arg), shape)?;
+        for (axis, (&name, &n)) in desc.axes.iter().zip(shape.iter()).enumerate() {
+            match sizes.iter().find(|(d, ..)| *d == name) {
+                Some(&(_, m, first_arg, first_axis)) if m != n => {
+                    return Err(Error::ShapeMismatch { op: op.op, dim: name, arg: desc.arg, axis, got: n, first_arg, first_axis, expected: m });
+                }
+                Some(_) => {}
+                None => sizes.push((name, n, desc.arg, axis)),
+            }
+        }
+    }
+    let spec_index = spec_index(op.spec)?;
+    let spec: &'static SpecData = SPECS[spec_index];
+    let kernel = spec.kernel(op.kernel)?;
+    let internal = |msg: String| Error::Internal(format!("{}: kernel `{}` of spec `{}`: {msg}", op.op, kernel.name, spec.name));
+    if !kernel.dtypes.contains(&dtype) {
+        let built = kernel.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+        return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built });
+    }
+    let symbol = format!("dt_{}_{}", kernel.name, dtype.name());
+    if spec.launch_row(&symbol).is_none() || spec.cpu_fn(&symbol).is_none() {
+        return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built: "none".into() });
+    }
+    if kernel.inputs.len() > MAX_INPUTS || kernel.scalars.len() > MAX_SCALARS || kernel.dims.len() > MAX_DIMS {
+        return Err(internal("more arguments than the argument block holds".into()));
+    }
+
+    // Sizes by the kernel's dimensions.
+    let n_dims = kernel.dims.iter().map(|(d, _)| d.index() + 1).chain(kernel.inputs.iter().chain([&kernel.output]).flat_map(|t| t.dims.iter().map(|d| d.index() + 1))).max().unwrap_or(0);
+    let mut by_dim: Vec<Option<usize>> = vec![None; n_dims];
+    let mut slots = Vec::with_capacity(kernel.inputs.len());
+    let mut args = DtArgs::default();
+    for (slot, param) in kernel.inputs.iter().enumerate() {
+        let j = op.inputs.iter().position(|d| d.param == param.name).ok_or_else(|| internal(format!("input `{}` is not an argument of the op", param.name)))?;
+        let (shape, strides) = shapes[j];
+        if param.dims.len() != shape.len() {
+            return Err(internal(format!("input `{}` has {} axes in the kernel, {} in the op", param.name, param.dims.len(), shape.len())));
+        }
+        for (axis, d) in param.dims.iter().enumerate() {
+            match by_dim[d.index()] {
+                Some(m) if m != shape[axis] => return Err(internal(format!("dimension `{}` is {m} and {} at once", kernel.dim_name(*d), shape[axis]))),
+                _ => by_dim[d.index()] = Some(shape[axis]),
+            }
+            args.input_strides[slot][axis] = strides[axis] as i64;
+        }
+        slots.push(j);
+    }
+    for (slot, (d, name)) in kernel.dims.iter().enumerate() {
+        let n = by_dim[d.index()].ok_or_else(|| internal(format!("no input fixes the size of dimension `{name}`")))?;
+        args.sizes[slot] = n as i64;
+    }
+    for (d, bound) in &kernel.bounds {
+        let n = by_dim[d.index()].unwrap_or(0);
+        if n as u64 > *bound {
+            return Err(Error::BoundExceeded { op: op.op, kernel: kernel.name.clone(), dim: kernel.dim_name(*d).to_string(), size: n, bound: *bound });
+        }
+    }
+    let out_shape: Vec<usize> = kernel.output.dims.iter().map(|d| by_dim[d.index()].ok_or_else(|| internal(format!("no input fixes output dimension `{}`", kernel.dim_name(*d))))).collect::<Result<_>>()?;
+    let out_elements = elements(&|| format!("{}: the output {out_shape:?}", op.op), &out_shape)?;
+    for (axis, s) in contiguous_strides(&out_shape).iter().enumerate() {
+        args.output_strides[axis] = *s as i64;
+    }
+    for (i, name) in kernel.scalars.iter().enumerate() {
+        let j = op.scalars.iter().position(|s| s == name).ok_or_else(|| internal(format!("scalar `{name}` is not an argument of the op")))?;
+        args.scalars[i] = scalars[j];
+    }
+    if out_elements > 0 {
+        for (axis, why) in op.nonempty {
+            if sizes.iter().any(|(d, n, ..)| d == axis && *n == 0) {
+                return Err(Error::EmptyDimension { op: op.op, dim: axis, why });
+            }
+        }
+    }
+    let programs = if out_elements == 0 { 0 } else { programs(kernel, &by_dim) };
+    if programs > i32::MAX as usize {
+        return Err(Error::TooLarge { what: format!("{}: the launch grid of kernel `{}`", op.op, kernel.name), elements: programs as u128 });
+    }
+    Ok(Plan { spec_index, spec, symbol, slots, out_shape, out_elements, args, programs })
+}
+
+fn programs(kernel: &Kernel, by_dim: &[Option<usize>]) -> usize {
+    let sizes: Vec<usize> = by_dim.iter().map(|n| n.unwrap_or(0)).collect();
+    kernel.grid.programs(&sizes)
+}
