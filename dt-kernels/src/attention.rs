@@ -34,3 +34,9 @@ pub(crate) fn op(causal: bool) -> &'static OpDesc {
 pub fn attention<T: Element>(gpu: &Gpu, q: &DeviceTensor<T>, k: &DeviceTensor<T>, v: &DeviceTensor<T>, causal: bool) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, op(causal), &[q, k, v], &[])
 }
+
+/// As [`attention`], writing the result into `out` (`[batch, heads, seq_q, e]`, any strides that reach each element
+/// once, a buffer no other view shares) instead of allocating it.
+pub fn attention_into<T: Element>(gpu: &Gpu, q: &DeviceTensor<T>, k: &DeviceTensor<T>, v: &DeviceTensor<T>, causal: bool, out: &mut DeviceTensor<T>) -> Result<()> {
+    gpu::run_into(gpu, op(causal), &[q, k, v], &[], out)
+}

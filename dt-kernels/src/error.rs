@@ -36,6 +36,13 @@ pub enum Error {
     /// A tensor (argument or result) with more elements than the kernels index.
     #[error("{what} has {elements} elements; at most 2^31 are supported")]
     TooLarge { what: String, elements: u128 },
+    /// An output passed to an `*_into` op whose shape is not the result's.
+    #[error("{op}: the output has shape {got:?}, but the result has shape {expected:?}")]
+    OutputShape { op: &'static str, expected: Vec<usize>, got: Vec<usize> },
+    /// An output passed to an `*_into` op whose buffer another view (a clone, a transpose)
+    /// shares: writing it would change that view behind its back.
+    #[error("{op}: the output shares its buffer with another view; drop the other views or write into a tensor of its own")]
+    SharedOutput { op: &'static str },
     /// A size of 0 where the result would be undefined (e.g. attention over no keys).
     #[error("{op}: dimension `{dim}` is 0, but {why}")]
     EmptyDimension { op: &'static str, dim: &'static str, why: &'static str },

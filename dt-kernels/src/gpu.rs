@@ -8,7 +8,7 @@
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::layout::{self, contiguous_strides};
-use crate::plan::{plan, OpDesc};
+use crate::plan::{plan, OpDesc, Plan};
 use crate::registry::{LaunchRow, SpecData, NVCC_ARCHS, SPECS};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use std::collections::HashMap;
@@ -148,6 +148,15 @@ impl Gpu {
     pub fn module_source(&self, spec: &str) -> Result<ModuleSource> {
         let i = crate::registry::spec_index(spec)?;
         Ok(self.loaded(i)?.source)
+    }
+
+    /// A new contiguous tensor of zeros, e.g. the output of an `*_into` op.
+    pub fn zeros<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<DeviceTensor<T>> {
+        let shape = shape.into();
+        let strides = contiguous_strides(&shape);
+        let n = layout::check(&|| "device tensor".to_string(), &shape, &strides, usize::MAX)?;
+        let buf = self.stream.alloc_zeros::<T::Storage>(n.max(1)).map_err(Error::driver(format!("allocating a {} tensor of shape {shape:?}", T::DTYPE)))?;
+        Ok(DeviceTensor { buf: Arc::new(buf), shape, strides, _t: PhantomData })
     }
 
     /// Uploads a contiguous tensor (see [`DeviceTensor::from_host`]).
@@ -349,47 +358,75 @@ impl<T: Element> DeviceTensor<T> {
 pub(crate) fn run<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<DeviceTensor<T>> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
     let plan = plan(op, T::DTYPE, &shapes, scalars)?;
-    let ctx = gpu.shared.ctx.cu_ctx();
-    for (t, desc) in inputs.iter().zip(op.inputs) {
-        let theirs = t.buf.stream().context();
-        if theirs.cu_ctx() != ctx {
-            return Err(Error::WrongDevice { op: op.op, arg: desc.arg, tensor_device: theirs.ordinal(), gpu_device: gpu.ordinal() });
-        }
-    }
-    let out_shape = plan.out_shape.clone();
     // SAFETY: the kernel writes every element of the output before anything reads it; an
     // empty output is never read.
-    let mut out = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }.map_err(Error::driver(format!("{}: allocating the output {out_shape:?}", op.op)))?;
-    if plan.programs > 0 {
-        let (f, row) = gpu.function(plan.spec_index, &plan.symbol)?;
-        let align = std::mem::align_of::<T::Storage>();
-        let mut args = plan.args;
-        // The guards make the stream wait for pending writes of the inputs and record this
-        // launch as a read of them (and a write of the output) when dropped after the launch,
-        // so that buffers used on other streams are not freed or overwritten too early.
-        let mut guards = Vec::with_capacity(plan.slots.len());
-        for (slot, &j) in plan.slots.iter().enumerate() {
-            let (ptr, guard) = inputs[j].buf.device_ptr(&gpu.stream);
-            if ptr as usize % align != 0 {
-                return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align });
-            }
-            args.inputs[slot] = ptr;
-            guards.push(guard);
-        }
-        let (out_ptr, out_guard) = out.device_ptr_mut(&gpu.stream);
-        args.output = out_ptr;
-        let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
-        let mut launch = gpu.stream.launch_builder(&f);
-        launch.arg(&args);
-        // SAFETY: the kernel takes one `dt_args` by value. Every input pointer refers to the
-        // live buffer of a `DeviceTensor` whose shape and strides reach only elements inside it
-        // (checked when it was made), and the kernel reads inputs only at the sizes and strides
-        // in `args`, which `plan` took from those tensors. The output buffer holds the
-        // `out_elements` elements of the contiguous output. Grid, block and shared memory are
-        // what the emitter computed for this kernel.
-        unsafe { launch.launch(cfg) }.map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
-        drop(out_guard);
-        drop(guards);
+    let buf = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }.map_err(Error::driver(format!("{}: allocating the output {:?}", op.op, plan.out_shape)))?;
+    let mut out = DeviceTensor { buf: Arc::new(buf), strides: contiguous_strides(&plan.out_shape), shape: plan.out_shape.clone(), _t: PhantomData };
+    launch(gpu, op, inputs, plan, &mut out)?;
+    Ok(out)
+}
+
+/// Runs `op` on device tensors, writing the result into `out`, which must have the result's
+/// shape, strides that never reach one element twice, and a buffer no other view shares.
+pub(crate) fn run_into<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32], out: &mut DeviceTensor<T>) -> Result<()> {
+    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
+    let mut plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    if out.shape != plan.out_shape {
+        return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape.clone() });
     }
-    Ok(DeviceTensor { buf: Arc::new(out), strides: contiguous_strides(&out_shape), shape: out_shape, _t: PhantomData })
+    layout::check_no_overlap(&|| format!("{}: the output", op.op), &out.shape, &out.strides)?;
+    if Arc::get_mut(&mut out.buf).is_none() {
+        return Err(Error::SharedOutput { op: op.op });
+    }
+    for (axis, s) in out.strides.iter().enumerate() {
+        plan.args.output_strides[axis] = *s as i64;
+    }
+    launch(gpu, op, inputs, plan, out)
+}
+
+/// Checks that every tensor lives on `gpu`'s context and launches the planned kernel into `out`
+/// (nothing when the output is empty).
+fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan: Plan, out: &mut DeviceTensor<T>) -> Result<()> {
+    let ctx = gpu.shared.ctx.cu_ctx();
+    let args = inputs.iter().zip(op.inputs).map(|(t, desc)| (*t, desc.arg)).chain([(&*out, "out")]);
+    for (t, arg) in args {
+        let theirs = t.buf.stream().context();
+        if theirs.cu_ctx() != ctx {
+            return Err(Error::WrongDevice { op: op.op, arg, tensor_device: theirs.ordinal(), gpu_device: gpu.ordinal() });
+        }
+    }
+    if plan.programs == 0 {
+        return Ok(());
+    }
+    let (f, row) = gpu.function(plan.spec_index, &plan.symbol)?;
+    let align = std::mem::align_of::<T::Storage>();
+    let mut args = plan.args;
+    // The guards make the stream wait for pending writes of the inputs and record this launch
+    // as a read of them (and a write of the output) when dropped after the launch, so that
+    // buffers used on other streams are not freed or overwritten too early.
+    let mut guards = Vec::with_capacity(plan.slots.len());
+    for (slot, &j) in plan.slots.iter().enumerate() {
+        let (ptr, guard) = inputs[j].buf.device_ptr(&gpu.stream);
+        if ptr as usize % align != 0 {
+            return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align });
+        }
+        args.inputs[slot] = ptr;
+        guards.push(guard);
+    }
+    let buf = Arc::get_mut(&mut out.buf).ok_or(Error::SharedOutput { op: op.op })?;
+    let (out_ptr, out_guard) = buf.device_ptr_mut(&gpu.stream);
+    args.output = out_ptr;
+    let cfg = LaunchConfig { grid_dim: (plan.programs as u32, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
+    let mut launch = gpu.stream.launch_builder(&f);
+    launch.arg(&args);
+    // SAFETY: the kernel takes one `dt_args` by value. Every input pointer refers to the live
+    // buffer of a `DeviceTensor` whose shape and strides reach only elements inside it (checked
+    // when it was made), and the kernel reads inputs only at the sizes and strides in `args`,
+    // which `plan` took from those tensors. The output pointer is the buffer of `out`, whose
+    // shape is the result's and whose strides (in `args`) reach only elements inside it, each
+    // once. Grid, block and shared memory are what the emitter computed for this kernel.
+    unsafe { launch.launch(cfg) }.map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
+    drop(out_guard);
+    drop(guards);
+    Ok(())
 }

@@ -51,6 +51,25 @@ pub(crate) fn check(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize
     Ok(n)
 }
 
+/// Checks that no two indices of `shape` reach one element through `strides`, as an output's
+/// strides must (a kernel writing one element twice would race): with the axes sorted by
+/// stride, each stride must step over everything the smaller ones reach.
+pub(crate) fn check_no_overlap(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize]) -> Result<()> {
+    let mut axes: Vec<(usize, usize)> = shape.iter().copied().zip(strides.iter().copied()).filter(|&(n, _)| n > 1).collect();
+    if shape.contains(&0) {
+        return Ok(());
+    }
+    axes.sort_by_key(|&(_, s)| s);
+    let mut reach: u128 = 1;
+    for (n, s) in axes {
+        if (s as u128) < reach {
+            return Err(Error::Stride { what: what(), msg: format!("strides {strides:?} reach some elements of shape {shape:?} twice") });
+        }
+        reach = s as u128 * n as u128;
+    }
+    Ok(())
+}
+
 /// The elements of a strided view in row-major order.
 pub(crate) fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
     let n: usize = shape.iter().product();
@@ -112,6 +131,11 @@ mod tests {
         assert_eq!(check(&what, &[0, 3], &[3, 1], 0).unwrap(), 0);
         assert!(check(&what, &[1 << 20, 1 << 12], &[1 << 12, 1], usize::MAX).is_err());
         assert!(permute(&what, &[2, 3], &[3, 1], &[0, 0]).is_err());
+        assert!(check_no_overlap(&what, &[2, 3], &[3, 1]).is_ok());
+        assert!(check_no_overlap(&what, &[2, 3], &[1, 2]).is_ok());
+        assert!(check_no_overlap(&what, &[2, 3], &[1, 1]).is_err());
+        assert!(check_no_overlap(&what, &[2, 3], &[0, 1]).is_err());
+        assert!(check_no_overlap(&what, &[1, 3], &[0, 1]).is_ok());
         assert_eq!(permute(&what, &[2, 3], &[3, 1], &[1, 0]).unwrap(), (vec![3, 2], vec![1, 3]));
     }
 }

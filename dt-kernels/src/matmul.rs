@@ -20,3 +20,9 @@ pub(crate) static OP: OpDesc = OpDesc {
 pub fn matmul<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, &OP, &[a, b], &[])
 }
+
+/// As [`matmul`], writing the result into `out` (`[m, n]`, any strides that reach each element
+/// once, a buffer no other view shares) instead of allocating it.
+pub fn matmul_into<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>, out: &mut DeviceTensor<T>) -> Result<()> {
+    gpu::run_into(gpu, &OP, &[a, b], &[], out)
+}

@@ -22,3 +22,9 @@ pub(crate) static OP: OpDesc = OpDesc {
 pub fn mm_leaky_relu<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, &OP, &[a, b], &[])
 }
+
+/// As [`mm_leaky_relu`], writing the result into `out` (`[m, n]`, any strides that reach each element
+/// once, a buffer no other view shares) instead of allocating it.
+pub fn mm_leaky_relu_into<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>, out: &mut DeviceTensor<T>) -> Result<()> {
+    gpu::run_into(gpu, &OP, &[a, b], &[], out)
+}

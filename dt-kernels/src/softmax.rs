@@ -19,3 +19,9 @@ pub(crate) static OP: OpDesc = OpDesc {
 pub fn softmax<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, &OP, &[x], &[])
 }
+
+/// As [`softmax`], writing the result into `out` (`[rows, cols]`, any strides that reach each element
+/// once, a buffer no other view shares) instead of allocating it.
+pub fn softmax_into<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, out: &mut DeviceTensor<T>) -> Result<()> {
+    gpu::run_into(gpu, &OP, &[x], &[], out)
+}

@@ -1,0 +1,250 @@
+//! The library API, on the CPU fallback and on the GPU, agrees with the hand-written references
+//! of `dt_kernels::reference` within the bound of `common`: one property test per op, element
+//! type and backend.
+//!
+//! Sizes include 1, primes, and sizes just below and above every tile extent of the library
+//! schedules (128 for matmul, 1024 for the row ops, 64 for attention); inputs are placed in
+//! memory row-major, with the last two axes swapped (a transposed view) or with padded rows,
+//! the padding NaN so that a kernel reading it shows. The GPU tests skip, saying so, where there
+//! is no usable GPU; `DT_GPU_CASES` sets their number of cases (default 24).
+
+mod common;
+
+use common::{spread, AttentionShape, Case, Placement};
+use dt_kernels::{cpu, DeviceTensor, Element, Gpu, HostTensor};
+use half::{bf16, f16};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use std::sync::OnceLock;
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Cpu,
+    Gpu,
+}
+
+/// The GPU shared by the tests, or why there is none.
+fn gpu() -> Result<&'static Gpu, &'static str> {
+    static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::new().map_err(|e| e.to_string())).as_ref().map_err(|e| e.as_str())
+}
+
+/// Whether the test should run on `backend`; says why not when it should not.
+fn available(backend: Backend, test: &str) -> bool {
+    match (backend, gpu()) {
+        (Backend::Gpu, Err(why)) => {
+            eprintln!("skipping {test}: {why}");
+            false
+        }
+        _ => true,
+    }
+}
+
+fn cases(backend: Backend) -> u32 {
+    match backend {
+        Backend::Cpu => 24,
+        Backend::Gpu => std::env::var("DT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+    }
+}
+
+/// The case's inputs in their placements, as `T` values.
+fn placed<T: Element>(case: &Case, placements: &[Placement]) -> Vec<(Vec<usize>, Vec<usize>, Vec<T>)> {
+    case.inputs
+        .iter()
+        .zip(placements)
+        .map(|(input, p)| {
+            let (data, strides) = p.place(&input.shape, &input.values);
+            (input.shape.clone(), strides, data.into_iter().map(T::from_f32).collect())
+        })
+        .collect()
+}
+
+fn scalar(case: &Case, name: &str) -> f32 {
+    case.scalars.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).unwrap_or_else(|| panic!("case has no scalar `{name}`"))
+}
+
+/// Runs the case's op through the public API on `backend` and returns the result in f32.
+fn run<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> dt_kernels::Result<Vec<f32>> {
+    let inputs = placed::<T>(case, placements);
+    match backend {
+        Backend::Cpu => {
+            let t: Vec<HostTensor<T>> = inputs.into_iter().map(|(shape, strides, data)| HostTensor::from_strided(shape, strides, data)).collect::<Result<_, _>>()?;
+            let out = match case.op {
+                "matmul" => cpu::matmul(&t[0], &t[1]),
+                "mm_leaky_relu" => cpu::mm_leaky_relu(&t[0], &t[1]),
+                "softmax" => cpu::softmax(&t[0]),
+                "layernorm" => cpu::layernorm(&t[0], &t[1], &t[2], scalar(case, "eps")),
+                "dyt" => cpu::dyt(&t[0], &t[1], &t[2], scalar(case, "alpha")),
+                "attention" => cpu::attention(&t[0], &t[1], &t[2], false),
+                "attention_causal" => cpu::attention(&t[0], &t[1], &t[2], true),
+                other => panic!("no op {other}"),
+            }?;
+            Ok(out.to_f32_vec())
+        }
+        Backend::Gpu => {
+            let gpu = gpu().expect("checked by `available`");
+            let t: Vec<DeviceTensor<T>> =
+                inputs.into_iter().map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data)).collect::<Result<_, _>>()?;
+            let out = match case.op {
+                "matmul" => dt_kernels::matmul::matmul(gpu, &t[0], &t[1]),
+                "mm_leaky_relu" => dt_kernels::mm_leaky_relu::mm_leaky_relu(gpu, &t[0], &t[1]),
+                "softmax" => dt_kernels::softmax::softmax(gpu, &t[0]),
+                "layernorm" => dt_kernels::layernorm::layernorm(gpu, &t[0], &t[1], &t[2], scalar(case, "eps")),
+                "dyt" => dt_kernels::dyt::dyt(gpu, &t[0], &t[1], &t[2], scalar(case, "alpha")),
+                "attention" => dt_kernels::attention::attention(gpu, &t[0], &t[1], &t[2], false),
+                "attention_causal" => dt_kernels::attention::attention(gpu, &t[0], &t[1], &t[2], true),
+                other => panic!("no op {other}"),
+            }?;
+            Ok(out.to_host()?.into_iter().map(T::to_f32).collect())
+        }
+    }
+}
+
+fn check<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> Result<(), TestCaseError> {
+    let got = run::<T>(backend, case, placements).map_err(|e| TestCaseError::fail(format!("{case:?}: {e}")))?;
+    case.check(&format!("{backend:?}"), &got)
+}
+
+/// Sizes around the matmul tile (128) and small awkward ones.
+fn mm_size() -> impl Strategy<Value = usize> {
+    prop_oneof![prop::sample::select(vec![1usize, 2, 3, 7, 31, 32, 33, 127, 128, 129, 257]), 1usize..=200]
+}
+
+/// Row lengths around the row ops' tile (1024) and small awkward ones.
+fn cols() -> impl Strategy<Value = usize> {
+    prop_oneof![prop::sample::select(vec![1usize, 2, 3, 5, 31, 127, 1023, 1024, 1025, 2053, 3000]), 1usize..=300]
+}
+
+/// Row counts around the rows per program (4) and small awkward ones.
+fn rows() -> impl Strategy<Value = usize> {
+    prop_oneof![prop::sample::select(vec![1usize, 2, 3, 4, 5, 7, 13, 67]), 1usize..=40]
+}
+
+fn attention_shape() -> impl Strategy<Value = AttentionShape> {
+    let seq = || prop_oneof![prop::sample::select(vec![1usize, 2, 31, 63, 64, 65, 129]), 1usize..=100];
+    let head = || prop_oneof![prop::sample::select(vec![1usize, 3, 16, 31, 32, 33, 64, 80, 129]), 1usize..=40];
+    (1usize..=2, 1usize..=3, seq(), seq(), head(), head())
+}
+
+fn placements(ranks: &'static [usize]) -> impl Strategy<Value = Vec<Placement>> {
+    ranks.iter().map(|&r| Placement::strategy(r)).collect::<Vec<_>>()
+}
+
+fn dtype_of<T: Element>() -> dt_core::DType {
+    T::DTYPE
+}
+
+/// One property test per op for element type `$t` on backend `$backend`.
+macro_rules! api_tests {
+    ($module:ident, $t:ty, $backend:expr) => {
+        mod $module {
+            use super::*;
+
+            proptest! {
+                #![proptest_config(ProptestConfig::with_cases(cases($backend)))]
+
+                #[test]
+                fn matmul_matches_reference(m in mm_size(), n in mm_size(), k in mm_size(), std in spread(), seed in any::<u64>(), p in placements(&[2, 2])) {
+                    if available($backend, "matmul") {
+                        check::<$t>($backend, &common::matmul(m, n, k, dtype_of::<$t>(), std, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn mm_leaky_relu_matches_reference(m in mm_size(), n in mm_size(), k in mm_size(), std in spread(), seed in any::<u64>(), p in placements(&[2, 2])) {
+                    if available($backend, "mm_leaky_relu") {
+                        check::<$t>($backend, &common::mm_leaky_relu(m, n, k, dtype_of::<$t>(), std, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn softmax_matches_reference(r in rows(), c in cols(), std in spread(), seed in any::<u64>(), p in placements(&[2])) {
+                    if available($backend, "softmax") {
+                        check::<$t>($backend, &common::softmax(r, c, dtype_of::<$t>(), std, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn layernorm_matches_reference(r in rows(), c in cols(), std in spread(), offset in prop::sample::select(vec![0.0f32, 2.0]), seed in any::<u64>(), p in placements(&[2, 1, 1])) {
+                    if available($backend, "layernorm") {
+                        check::<$t>($backend, &common::layernorm(r, c, dtype_of::<$t>(), std, offset, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn dyt_matches_reference(r in rows(), c in cols(), std in spread(), alpha in prop::sample::select(vec![0.1f32, 0.5, 2.5]), seed in any::<u64>(), p in placements(&[2, 1, 1])) {
+                    if available($backend, "dyt") {
+                        check::<$t>($backend, &common::dyt(r, c, dtype_of::<$t>(), std, alpha, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn attention_matches_reference(shape in attention_shape(), std in prop::sample::select(vec![0.5f32, 1.0, 2.0]), seed in any::<u64>(), p in placements(&[4, 4, 4])) {
+                    if available($backend, "attention") {
+                        check::<$t>($backend, &common::attention(shape, false, dtype_of::<$t>(), std, seed), &p)?;
+                    }
+                }
+
+                #[test]
+                fn attention_causal_matches_reference(shape in attention_shape(), std in prop::sample::select(vec![0.5f32, 1.0, 2.0]), seed in any::<u64>(), p in placements(&[4, 4, 4])) {
+                    if available($backend, "attention_causal") {
+                        check::<$t>($backend, &common::attention(shape, true, dtype_of::<$t>(), std, seed), &p)?;
+                    }
+                }
+            }
+        }
+    };
+}
+
+api_tests!(cpu_f32, f32, Backend::Cpu);
+api_tests!(cpu_f16, f16, Backend::Cpu);
+api_tests!(cpu_bf16, bf16, Backend::Cpu);
+api_tests!(gpu_f32, f32, Backend::Gpu);
+api_tests!(gpu_f16, f16, Backend::Gpu);
+api_tests!(gpu_bf16, bf16, Backend::Gpu);
+
+/// The kernels of a spec compiled by NVRTC at run time (the path of a build without nvcc)
+/// compute what the fatbin's do.
+#[test]
+fn nvrtc_path_matches_reference() {
+    if !available(Backend::Gpu, "nvrtc_path_matches_reference") {
+        return;
+    }
+    let nvrtc = Gpu::with_nvrtc().expect("a GPU is available");
+    let case = common::matmul(67, 129, 45, dt_core::DType::F16, 1.0, 7);
+    let t: Vec<DeviceTensor<f16>> = placed::<f16>(&case, &[Placement::row_major(2), Placement::row_major(2)])
+        .into_iter()
+        .map(|(shape, strides, data)| DeviceTensor::from_host_strided(&nvrtc, shape, strides, &data).unwrap())
+        .collect();
+    let out = dt_kernels::matmul::matmul(&nvrtc, &t[0], &t[1]).unwrap();
+    assert_eq!(nvrtc.module_source("matmul").unwrap(), dt_kernels::ModuleSource::Nvrtc);
+    let got: Vec<f32> = out.to_host().unwrap().into_iter().map(f16::to_f32).collect();
+    case.check("NVRTC", &got).unwrap();
+    if Gpu::fatbin_archs().is_some() {
+        let fatbin = gpu().unwrap();
+        assert_eq!(fatbin.module_source("matmul").unwrap(), dt_kernels::ModuleSource::Fatbin, "the fatbin built for {:?} did not load", Gpu::fatbin_archs());
+    }
+}
+
+/// `*_into` writes into a caller's tensor, here a transposed (column-major) one.
+#[test]
+fn into_variant_writes_a_strided_output() {
+    if !available(Backend::Gpu, "into_variant_writes_a_strided_output") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let case = common::softmax(5, 33, dt_core::DType::F32, 1.0, 3);
+    let x = gpu.upload([5, 33], &case.input(0).values).unwrap();
+    let stored = gpu.zeros::<f32>([33, 5]).unwrap();
+    let mut out = stored.transpose(0, 1).unwrap();
+    drop(stored);
+    dt_kernels::softmax::softmax_into(gpu, &x, &mut out).unwrap();
+    case.check("GPU into", &out.to_host().unwrap()).unwrap();
+    let shared = out.clone();
+    let err = dt_kernels::softmax::softmax_into(gpu, &x, &mut out).unwrap_err();
+    assert!(err.to_string().contains("shares its buffer"), "{err}");
+    drop(shared);
+    let mut wrong = gpu.zeros::<f32>([5, 32]).unwrap();
+    let err = dt_kernels::softmax::softmax_into(gpu, &x, &mut wrong).unwrap_err();
+    assert!(err.to_string().contains("has shape [5, 32], but the result has shape [5, 33]"), "{err}");
+}
