@@ -62,15 +62,26 @@ fn main() {
 fn read_specs(dir: &Path) -> Vec<Spec> {
     println!("cargo:rerun-if-changed={}", dir.display());
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut paths: Vec<PathBuf> = entries.map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path()).filter(|p| p.extension().is_some_and(|x| x == "dt")).collect();
+    let mut paths: Vec<PathBuf> = entries
+        .map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path())
+        .filter(|p| p.extension().is_some_and(|x| x == "dt"))
+        .collect();
     paths.sort();
     assert!(!paths.is_empty(), "no *.dt specs under {}", dir.display());
     paths
         .iter()
         .map(|path| {
             println!("cargo:rerun-if-changed={}", path.display());
-            let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_else(|| panic!("{}: the spec's name must be UTF-8", path.display())).to_string();
-            assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{}: a spec's name must be a C identifier", path.display());
+            let name = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_else(|| panic!("{}: the spec's name must be UTF-8", path.display()))
+                .to_string();
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{}: a spec's name must be a C identifier",
+                path.display()
+            );
             let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let out = generate(&name, &format!("dt-kernels/specs/{name}.dt"), &text).unwrap_or_else(|e| panic!("DT compile failed:\n{e}"));
             Spec { name, text, out }
@@ -84,7 +95,10 @@ fn check_unique_symbols(specs: &[Spec]) {
     for s in specs {
         for l in &s.out.cuda_launch {
             if let Some((_, other)) = seen.iter().find(|(sym, _)| *sym == l.symbol) {
-                panic!("kernel symbol `{}` is defined by both specs/{other}.dt and specs/{}.dt; rename one of the kernels", l.symbol, s.name);
+                panic!(
+                    "kernel symbol `{}` is defined by both specs/{other}.dt and specs/{}.dt; rename one of the kernels",
+                    l.symbol, s.name
+                );
             }
             seen.push((&l.symbol, &s.name));
         }
@@ -124,7 +138,11 @@ fn cc_env(env: &BuildEnv) -> String {
 fn compile_cpu(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> Vec<String> {
     let env_values = cc_env(env);
     let target = std::env::var("TARGET").unwrap_or_default();
-    let tool = build_support::cpu::c_build().debug(false).cargo_metadata(false).try_get_compiler().unwrap_or_else(|e| panic!("no C compiler for the CPU fallback: {e}"));
+    let tool = build_support::cpu::c_build()
+        .debug(false)
+        .cargo_metadata(false)
+        .try_get_compiler()
+        .unwrap_or_else(|e| panic!("no C compiler for the CPU fallback: {e}"));
     let compiler = format!("{:?}", tool.to_command());
     let version = command::version(tool.path()).unwrap_or_else(|e| panic!("{e}"));
     let msvc = std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "msvc");
@@ -137,16 +155,21 @@ fn compile_cpu(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> Vec<String> {
                 scope.spawn(move || {
                     let lib = format!("dt_cpu_{}", spec.name);
                     let scratch = dir.join(format!("build-{}", spec.name));
-                    let artifact = cache::cached(&dir.join("cache"), &file_name(&lib), &[spec.out.c.as_bytes(), compiler.as_bytes(), version.as_bytes(), target.as_bytes(), env_values.as_bytes()], |tmp| {
-                        let src = scratch.join(format!("{}.c", spec.name));
-                        write_if_changed(&src, spec.out.c.as_bytes());
-                        let mut build = build_support::cpu::c_build();
-                        build.file(&src).out_dir(&scratch).debug(false).cargo_metadata(false);
-                        build.try_compile(&lib)?;
-                        let built = scratch.join(file_name(&lib));
-                        std::fs::copy(&built, tmp).map_err(|source| CompileError::Io { path: built, source })?;
-                        Ok(())
-                    });
+                    let artifact = cache::cached(
+                        &dir.join("cache"),
+                        &file_name(&lib),
+                        &[spec.out.c.as_bytes(), compiler.as_bytes(), version.as_bytes(), target.as_bytes(), env_values.as_bytes()],
+                        |tmp| {
+                            let src = scratch.join(format!("{}.c", spec.name));
+                            write_if_changed(&src, spec.out.c.as_bytes());
+                            let mut build = build_support::cpu::c_build();
+                            build.file(&src).out_dir(&scratch).debug(false).cargo_metadata(false);
+                            build.try_compile(&lib)?;
+                            let built = scratch.join(file_name(&lib));
+                            std::fs::copy(&built, tmp).map_err(|source| CompileError::Io { path: built, source })?;
+                            Ok(())
+                        },
+                    );
                     let artifact = artifact.unwrap_or_else(|e| panic!("compiling the CPU C of specs/{}.dt failed:\n{e}", spec.name));
                     let bytes = std::fs::read(&artifact).unwrap_or_else(|e| panic!("{}: {e}", artifact.display()));
                     write_if_changed(&dir.join(file_name(&lib)), &bytes);
@@ -195,8 +218,10 @@ fn compile_cuda(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> CudaArtifacts {
                 let (nvcc, archs, arch_list, version, nvcc_path) = (&nvcc, &archs, &arch_list, &version, &nvcc_path);
                 scope.spawn(move || {
                     let key: [&[u8]; 4] = [spec.out.cuda.as_bytes(), arch_list.as_bytes(), version.as_bytes(), nvcc_path.as_bytes()];
-                    cache::cached(&dir.join("cache"), &format!("{}.fatbin", spec.name), &key, |tmp| cuda::compile_fatbin(nvcc, src, tmp, archs, &[]))
-                        .unwrap_or_else(|e| panic!("compiling the CUDA C of specs/{}.dt with nvcc failed:\n{e}", spec.name))
+                    cache::cached(&dir.join("cache"), &format!("{}.fatbin", spec.name), &key, |tmp| {
+                        cuda::compile_fatbin(nvcc, src, tmp, archs, &[])
+                    })
+                    .unwrap_or_else(|e| panic!("compiling the CUDA C of specs/{}.dt with nvcc failed:\n{e}", spec.name))
                 })
             })
             .collect();
@@ -238,7 +263,10 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModu
             abi::MAX_DIMS,
         ));
     }
-    m.item(&format!("/// Architectures of the embedded fatbins (empty: none built, NVRTC at first use).\npub const NVCC_ARCHS: &str = {:?};", cuda.archs));
+    m.item(&format!(
+        "/// Architectures of the embedded fatbins (empty: none built, NVRTC at first use).\npub const NVCC_ARCHS: &str = {:?};",
+        cuda.archs
+    ));
     let mut externs = String::from("extern \"C\" {\n");
     let mut table = String::from("pub static SPECS: &[&SpecData] = &[");
     for ((spec, src), fatbin) in specs.iter().zip(&cuda.sources).zip(&cuda.fatbins) {
@@ -254,7 +282,12 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModu
             }
             None => "None".to_string(),
         };
-        let launch: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes)).collect();
+        let launch: Vec<String> = spec
+            .out
+            .cuda_launch
+            .iter()
+            .map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes))
+            .collect();
         let cpu: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("({:?}, {} as CpuFn)", l.symbol, l.symbol)).collect();
         for l in &spec.out.cuda_launch {
             let _ = writeln!(externs, "    fn {}(args: *const DtArgs);", l.symbol);

@@ -25,7 +25,14 @@ pub struct DtArgs {
 
 impl Default for DtArgs {
     fn default() -> Self {
-        DtArgs { inputs: [0; MAX_INPUTS], input_strides: [[0; MAX_RANK]; MAX_INPUTS], output: 0, output_strides: [0; MAX_RANK], sizes: [0; MAX_DIMS], scalars: [0.0; MAX_SCALARS] }
+        DtArgs {
+            inputs: [0; MAX_INPUTS],
+            input_strides: [[0; MAX_RANK]; MAX_INPUTS],
+            output: 0,
+            output_strides: [0; MAX_RANK],
+            sizes: [0; MAX_DIMS],
+            scalars: [0.0; MAX_SCALARS],
+        }
     }
 }
 

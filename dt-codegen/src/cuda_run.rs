@@ -73,8 +73,16 @@ impl CudaRunner {
     fn upload(&self, t: &Tensor, dtype: DType) -> Result<DeviceBuf, GpuError> {
         Ok(match dtype {
             DType::F32 => DeviceBuf::F32(self.stream.clone_htod(&t.data).map_err(err("upload"))?),
-            DType::F16 => DeviceBuf::Half(self.stream.clone_htod(&t.data.iter().map(|v| half::f16::from_f32(*v).to_bits()).collect::<Vec<_>>()).map_err(err("upload"))?),
-            DType::BF16 => DeviceBuf::Half(self.stream.clone_htod(&t.data.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<_>>()).map_err(err("upload"))?),
+            DType::F16 => DeviceBuf::Half(
+                self.stream
+                    .clone_htod(&t.data.iter().map(|v| half::f16::from_f32(*v).to_bits()).collect::<Vec<_>>())
+                    .map_err(err("upload"))?,
+            ),
+            DType::BF16 => DeviceBuf::Half(
+                self.stream
+                    .clone_htod(&t.data.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect::<Vec<_>>())
+                    .map_err(err("upload"))?,
+            ),
         })
     }
 
@@ -105,7 +113,11 @@ impl CudaRunner {
     pub fn function(&self, module: &Arc<CudaModule>, info: &LaunchInfo) -> Result<CudaFunction, GpuError> {
         let f = module.load_function(&info.symbol).map_err(err("kernel symbol"))?;
         if info.shared_bytes > 48 * 1024 {
-            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, info.shared_bytes as i32).map_err(err("shared memory limit"))?;
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                info.shared_bytes as i32,
+            )
+            .map_err(err("shared memory limit"))?;
         }
         Ok(f)
     }
@@ -115,7 +127,8 @@ impl CudaRunner {
         if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
             return Ok(());
         }
-        let cfg = LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
+        let cfg =
+            LaunchConfig { grid_dim: (staged.programs as u32, 1, 1), block_dim: (info.threads, 1, 1), shared_mem_bytes: info.shared_bytes };
         let mut launch = self.stream.launch_builder(f);
         launch.arg(&staged.args);
         // SAFETY: the kernel takes one `dt_args` by value; every pointer in it refers to a live
@@ -129,8 +142,12 @@ impl CudaRunner {
         self.stream.synchronize().map_err(err("kernel execution"))?;
         let data = match (&staged.out, staged.dtype) {
             (DeviceBuf::F32(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?,
-            (DeviceBuf::Half(s), DType::BF16) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect(),
-            (DeviceBuf::Half(s), _) => self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
+            (DeviceBuf::Half(s), DType::BF16) => {
+                self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::bf16::from_bits(b).to_f32()).collect()
+            }
+            (DeviceBuf::Half(s), _) => {
+                self.stream.clone_dtoh(s).map_err(err("download"))?.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect()
+            }
         };
         Ok(Tensor { shape: staged.out_shape.clone(), data })
     }

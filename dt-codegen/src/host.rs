@@ -51,7 +51,10 @@ pub fn compile_with(source: &str, dir: &Path, name: &str, opt: &str) -> Result<C
     std::fs::write(&src, source).map_err(|e| HostError(format!("{}: {e}", src.display())))?;
     let tool = c_compiler()?;
     let mut cmd: Command = tool.to_command();
-    cmd.args([opt, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).arg("-lm");
+    cmd.args([opt, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .arg("-lm");
     let out = cmd.output().map_err(|e| HostError(format!("could not start the C compiler ({cmd:?}): {e}")))?;
     if !out.status.success() {
         return Err(HostError(format!("C compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&out.stderr))));
@@ -119,7 +122,12 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
 pub fn check_bounds(k: &Kernel, bound: &Bound) -> Result<(), HostError> {
     for (d, n) in &k.bounds {
         if bound.size(*d) as u64 > *n {
-            return Err(HostError(format!("dimension `{}` is {}, above the bound {n} that kernel `{}` was compiled for", k.dim_name(*d), bound.size(*d), k.name)));
+            return Err(HostError(format!(
+                "dimension `{}` is {}, above the bound {n} that kernel `{}` was compiled for",
+                k.dim_name(*d),
+                bound.size(*d),
+                k.name
+            )));
         }
     }
     Ok(())
@@ -138,7 +146,8 @@ impl CpuLibrary {
         // pointer in `args` refers to a buffer that outlives the call, sized for the shapes the
         // kernel reads and writes.
         unsafe {
-            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs)> = self.lib.get(symbol.as_bytes()).map_err(|e| HostError(format!("{symbol}: {e}")))?;
+            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs)> =
+                self.lib.get(symbol.as_bytes()).map_err(|e| HostError(format!("{symbol}: {e}")))?;
             f(&args);
         }
         Ok(Tensor { shape: bound.out_shape.clone(), data: out.to_f32(dtype) })

@@ -19,7 +19,10 @@ pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
     let descr = npy.dtype().descr();
     let (data, dtype) = match descr.as_str() {
         "'<f4'" => (npy.into_vec::<f32>().map_err(|e| format!("{}: {e}", path.display()))?, DType::F32),
-        "'<f2'" => (npy.into_vec::<half::f16>().map_err(|e| format!("{}: {e}", path.display()))?.into_iter().map(|v| v.to_f32()).collect(), DType::F16),
+        "'<f2'" => (
+            npy.into_vec::<half::f16>().map_err(|e| format!("{}: {e}", path.display()))?.into_iter().map(|v| v.to_f32()).collect(),
+            DType::F16,
+        ),
         other => return Err(format!("{}: element type {other} is not supported; use float32 or float16", path.display())),
     };
     if data.len() != shape.iter().product::<usize>() {

@@ -17,7 +17,12 @@ fn dtc() -> Command {
 }
 
 fn library_specs() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(workspace().join("dt-kernels/specs")).expect("specs").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "dt")).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(workspace().join("dt-kernels/specs"))
+        .expect("specs")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "dt"))
+        .collect();
     v.sort();
     v
 }
@@ -50,7 +55,11 @@ fn dtc_emit_kir_matches_the_checked_in_kernel_ir() {
         let golden = std::fs::read_to_string(workspace().join(format!("dt-kernels/generated/{name}.kir"))).expect("golden kir");
         // The golden file starts with a header comment and a blank line.
         let body = golden.split_once("\n\n").map_or("", |(_, b)| b);
-        assert_eq!(String::from_utf8_lossy(&out.stdout), body, "{name}: kernel IR differs from dt-kernels/generated/{name}.kir (run `cargo xtask regen`)");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            body,
+            "{name}: kernel IR differs from dt-kernels/generated/{name}.kir (run `cargo xtask regen`)"
+        );
     }
 }
 
@@ -91,11 +100,30 @@ fn dtc_eval_and_cpu_run_match_numpy() {
     let cases: [(&str, Vec<String>); 3] = [
         ("matmul", vec!["--input".into(), "A=a.npy".into(), "--input".into(), "B=b.npy".into()]),
         ("softmax", vec!["--input".into(), "A=a.npy".into()]),
-        ("layernorm", vec!["--input".into(), "X=a.npy".into(), "--input".into(), "W=w.npy".into(), "--input".into(), "B=bias.npy".into(), "--scalar".into(), "eps=1e-5".into()]),
+        (
+            "layernorm",
+            vec![
+                "--input".into(),
+                "X=a.npy".into(),
+                "--input".into(),
+                "W=w.npy".into(),
+                "--input".into(),
+                "B=bias.npy".into(),
+                "--scalar".into(),
+                "eps=1e-5".into(),
+            ],
+        ),
     ];
     for (name, args) in &cases {
         for (cmd, out) in [(vec!["eval"], format!("{name}_eval.npy")), (vec!["run", "--backend", "cpu"], format!("{name}_cpu.npy"))] {
-            let o = Command::new(env!("CARGO_BIN_EXE_dtc")).current_dir(&dir).args(&cmd).arg(specs.join(format!("{name}.dt"))).args(args).args(["--output", &out]).output().expect("dtc runs");
+            let o = Command::new(env!("CARGO_BIN_EXE_dtc"))
+                .current_dir(&dir)
+                .args(&cmd)
+                .arg(specs.join(format!("{name}.dt")))
+                .args(args)
+                .args(["--output", &out])
+                .output()
+                .expect("dtc runs");
             assert!(o.status.success(), "dtc {cmd:?} {name}: {}", String::from_utf8_lossy(&o.stderr));
         }
     }

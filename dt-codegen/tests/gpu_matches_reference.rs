@@ -32,7 +32,8 @@ const SIZE_DRAWS: usize = 3;
 
 fn draw_sizes(p: &dt_core::algo::Program, rng: &mut Rng) -> Vec<usize> {
     const SPECIAL: &[usize] = &[1, 2, 3, 7, 13, 31, 63, 65, 127, 129, 257, 300, 1000, 1025];
-    let mut sizes: Vec<usize> = (0..p.dims.len()).map(|_| if rng.chance(60) { rng.pick(SPECIAL) } else { 1 + rng.below(600) as usize }).collect();
+    let mut sizes: Vec<usize> =
+        (0..p.dims.len()).map(|_| if rng.chance(60) { rng.pick(SPECIAL) } else { 1 + rng.below(600) as usize }).collect();
     while sizes.iter().product::<usize>() > 1 << 22 {
         let (i, _) = sizes.iter().enumerate().max_by_key(|(_, s)| **s).expect("dims");
         sizes[i] = (sizes[i] / 2).max(1);
@@ -64,7 +65,8 @@ fn cuda_matches_reference_evaluator() {
         for (si, spec) in specs.iter().enumerate() {
             let p = dt_core::compile_spec(spec).expect("schedule checks");
             let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-            let items: Vec<(&Kernel, DType, String)> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items: Vec<(&Kernel, DType, String)> =
+                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
             let (cuda, infos) = match gpu::emit_file(rel, Dialect::Cuda, &items) {
                 Ok(x) => x,
                 Err(e) => {
@@ -77,7 +79,11 @@ fn cuda_matches_reference_evaluator() {
             for ((k, dtype, _), info) in items.iter().zip(&infos) {
                 let fid = p.kernel_by_name(&k.name).expect("kernel");
                 for _ in 0..SIZE_DRAWS {
-                    let sizes = draw_sizes(&p, &mut rng);
+                    let mut sizes = draw_sizes(&p, &mut rng);
+                    // A kernel compiled for a bound runs only within it.
+                    for (d, b) in &k.bounds {
+                        sizes[d.index()] = sizes[d.index()].min(*b as usize);
+                    }
                     let args = random_args(&p, fid, &sizes, *dtype, &mut rng);
                     let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");
                     let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");

@@ -57,9 +57,11 @@ fn build_suite(name: &str, rel: &str) -> Suite {
         let dtype = types[i % types.len()];
         drawn.push(Drawn { spec, program: p, kernels, dtype });
     }
-    let items: Vec<(&Kernel, DType, String)> = drawn.iter().enumerate().flat_map(|(i, d)| d.kernels.iter().map(move |k| (k, d.dtype, symbol(k, d.dtype, i)))).collect();
+    let items: Vec<(&Kernel, DType, String)> =
+        drawn.iter().enumerate().flat_map(|(i, d)| d.kernels.iter().map(move |k| (k, d.dtype, symbol(k, d.dtype, i)))).collect();
     let c = dt_codegen::emit::c::emit_file(&format!("schedules of {rel}"), &items).expect("emits");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schedule_preserves_semantics").join(std::process::id().to_string());
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schedule_preserves_semantics").join(std::process::id().to_string());
     let lib = dt_codegen::host::compile_with(&c, &dir, name, "-O1").unwrap_or_else(|e| panic!("{e}"));
     Suite { drawn, lib }
 }
@@ -67,7 +69,8 @@ fn build_suite(name: &str, rel: &str) -> Suite {
 /// Sizes for every dimension of the program: interesting values, capped to [`MAX_WORK`].
 fn draw_sizes(p: &Program, rng: &mut Rng) -> Vec<usize> {
     const SPECIAL: &[usize] = &[1, 2, 3, 5, 7, 13, 31, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300];
-    let mut sizes: Vec<usize> = (0..p.dims.len()).map(|_| if rng.chance(50) { rng.pick(SPECIAL) } else { 1 + rng.below(300) as usize }).collect();
+    let mut sizes: Vec<usize> =
+        (0..p.dims.len()).map(|_| if rng.chance(50) { rng.pick(SPECIAL) } else { 1 + rng.below(300) as usize }).collect();
     while sizes.iter().product::<usize>() > MAX_WORK {
         let (i, _) = sizes.iter().enumerate().max_by_key(|(_, s)| **s).expect("dimensions");
         sizes[i] = (sizes[i] / 2).max(1);
@@ -91,11 +94,16 @@ fn check_case(suite: &Suite, index: usize, size_seed: u64) -> Result<(), TestCas
         let interpreted = sizes.iter().product::<usize>() <= MAX_INTERPRETED_WORK;
         for warp_size in [32, 64].into_iter().filter(|_| interpreted) {
             let got = dt_core::interp::run(kir, &bound, d.dtype, dt_core::interp::Options { warp_size });
-            compare(&got, &want, d.dtype, reduction_len).map_err(|e| TestCaseError::fail(format!("interpreter ({warp_size}-lane warps): {e}\n{}", context())))?;
+            compare(&got, &want, d.dtype, reduction_len)
+                .map_err(|e| TestCaseError::fail(format!("interpreter ({warp_size}-lane warps): {e}\n{}", context())))?;
             by_warp.push(got);
         }
         if interpreted {
-            prop_assert_eq!(&by_warp[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), &by_warp[1].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "warp width changed the result");
+            prop_assert_eq!(
+                &by_warp[0].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                &by_warp[1].data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "warp width changed the result"
+            );
         }
         let got = suite.lib.run(&symbol(kir, d.dtype, index), kir, &bound, d.dtype).map_err(|e| TestCaseError::fail(e.to_string()))?;
         compare(&got, &want, d.dtype, reduction_len).map_err(|e| TestCaseError::fail(format!("CPU C: {e}\n{}", context())))?;

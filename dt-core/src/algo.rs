@@ -202,16 +202,30 @@ pub enum Expr {
     /// The size of a dimension, as f32.
     Len(DimId),
     /// `A[x, k]`: axis i of the input is read at label `index[i]`.
-    Load { input: InputId, index: Vec<DimId> },
+    Load {
+        input: InputId,
+        index: Vec<DimId>,
+    },
     /// `g[a, b]`: Func `g` with its i-th dimension renamed to `index[i]`.
-    Read { func: FuncId, index: Vec<DimId> },
+    Read {
+        func: FuncId,
+        index: Vec<DimId>,
+    },
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     /// `where(c, a, b)`: `a` where `c` is not 0, else `b`.
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
-    Reduce { op: RedOp, dim: DimId, body: Box<Expr> },
+    Reduce {
+        op: RedOp,
+        dim: DimId,
+        body: Box<Expr>,
+    },
     /// `rdot(a, b, dim)`: the sum over `dim` of `a * b`, marked as a contraction.
-    Dot { dim: DimId, a: Box<Expr>, b: Box<Expr> },
+    Dot {
+        dim: DimId,
+        a: Box<Expr>,
+        b: Box<Expr>,
+    },
 }
 
 impl Expr {
@@ -418,4 +432,3 @@ pub fn rename(e: &Expr, map: &[(DimId, DimId)]) -> Expr {
         Expr::Dot { dim, a, b } => Expr::Dot { dim: r(*dim), a: Box::new(rename(a, map)), b: Box::new(rename(b, map)) },
     }
 }
-

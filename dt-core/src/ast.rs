@@ -60,9 +60,15 @@ pub enum ExprKind {
     /// A bare name: a scalar input, a dimension (its index), or a builtin constant such as `inf`.
     Name(Ident),
     /// `A[x, k]`: an input or a Func read at the given labels; `1` is allowed only in `reshape`.
-    Access { name: Ident, index: Vec<Expr> },
+    Access {
+        name: Ident,
+        index: Vec<Expr>,
+    },
     /// `f(args)`: a builtin function.
-    Call { name: Ident, args: Vec<Expr> },
+    Call {
+        name: Ident,
+        args: Vec<Expr>,
+    },
     Neg(Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
 }
@@ -81,7 +87,12 @@ pub enum SchedArg {
     /// `x:128`
     Extent(Ident, f64, Span),
     /// `x:x1/8`: split `x`, naming the inner part `x1` of 8 blocks.
-    Split { dim: Ident, inner: Ident, factor: f64, factor_span: Span },
+    Split {
+        dim: Ident,
+        inner: Ident,
+        factor: f64,
+        factor_span: Span,
+    },
 }
 
 impl SchedArg {
@@ -97,11 +108,25 @@ impl SchedArg {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
-    Decl { kind: DeclKind, names: Vec<Ident>, span: Span },
+    Decl {
+        kind: DeclKind,
+        names: Vec<Ident>,
+        span: Span,
+    },
     /// `f[d1, ..., dn] = expr;`
-    Def { func: Ident, dims: Vec<Ident>, body: Expr, span: Span },
+    Def {
+        func: Ident,
+        dims: Vec<Ident>,
+        body: Expr,
+        span: Span,
+    },
     /// `f.primitive(args);`
-    Sched { func: Ident, prim: Ident, args: Vec<SchedArg>, span: Span },
+    Sched {
+        func: Ident,
+        prim: Ident,
+        args: Vec<SchedArg>,
+        span: Span,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

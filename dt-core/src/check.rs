@@ -37,7 +37,15 @@ enum Entity {
 pub fn check(file: &ast::File, diags: &mut Vec<Diagnostic>) -> Option<Program> {
     let errors_before = diags.len();
     let complete = errors_before == 0;
-    let mut cx = Checker { prog: Program::default(), names: HashMap::new(), diags, defs: Vec::new(), broken: Vec::new(), sched_spans: Vec::new(), complete };
+    let mut cx = Checker {
+        prog: Program::default(),
+        names: HashMap::new(),
+        diags,
+        defs: Vec::new(),
+        broken: Vec::new(),
+        sched_spans: Vec::new(),
+        complete,
+    };
     cx.declare(file);
     cx.define(file);
     // Schedules are checked on acyclic programs only: their rules follow reads transitively.
@@ -119,7 +127,10 @@ impl<'a, 'd> Checker<'a, 'd> {
             let Item::Decl { kind, names, .. } = item else { continue };
             for id in names {
                 if let Some((prev, _)) = self.names.get(&id.name) {
-                    let label = format!("already declared as {}; each name is declared once, and all names share one namespace", Self::kind_word(*prev));
+                    let label = format!(
+                        "already declared as {}; each name is declared once, and all names share one namespace",
+                        Self::kind_word(*prev)
+                    );
                     self.err(id.span, format!("`{}` is declared twice", id.name), label);
                     continue;
                 }
@@ -131,7 +142,13 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
                 let entity = match kind {
                     DeclKind::Func => {
-                        self.prog.funcs.push(Func { name: id.name.clone(), span: id.span, dims: vec![], body: Expr::Const(0.0), schedule: Schedule::default() });
+                        self.prog.funcs.push(Func {
+                            name: id.name.clone(),
+                            span: id.span,
+                            dims: vec![],
+                            body: Expr::Const(0.0),
+                            schedule: Schedule::default(),
+                        });
                         self.defs.push(None);
                         self.broken.push(false);
                         self.sched_spans.push(SchedSpans::default());
@@ -173,11 +190,19 @@ impl<'a, 'd> Checker<'a, 'd> {
         match self.lookup(&id.name) {
             Some(Entity::Dim(d)) => Some(d),
             Some(e) => {
-                self.err(id.span, format!("`{}` is {}, not a dimension", id.name, Self::kind_word(e)), format!("dimensions here are: {}", self.dims_named(scope)));
+                self.err(
+                    id.span,
+                    format!("`{}` is {}, not a dimension", id.name, Self::kind_word(e)),
+                    format!("dimensions here are: {}", self.dims_named(scope)),
+                );
                 None
             }
             None => {
-                let label = if scope.is_empty() { format!("declared dimensions are: {}", self.declared_dims()) } else { format!("declared dimensions here are: {}", self.dims_named(scope)) };
+                let label = if scope.is_empty() {
+                    format!("declared dimensions are: {}", self.declared_dims())
+                } else {
+                    format!("declared dimensions here are: {}", self.dims_named(scope))
+                };
                 self.err(id.span, format!("`{}` is not a declared dimension", id.name), label);
                 None
             }
@@ -193,7 +218,11 @@ impl<'a, 'd> Checker<'a, 'd> {
             let f = match self.lookup(&func.name) {
                 Some(Entity::Func(f)) => f,
                 Some(e) => {
-                    self.err(func.span, format!("`{}` is {}; only a Func can be defined", func.name, Self::kind_word(e)), "declare it with `Func`");
+                    self.err(
+                        func.span,
+                        format!("`{}` is {}; only a Func can be defined", func.name, Self::kind_word(e)),
+                        "declare it with `Func`",
+                    );
                     continue;
                 }
                 None => {
@@ -268,7 +297,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                 }
                 Some(Entity::Input(_)) | Some(Entity::Func(_)) => {
-                    self.err(id.span, format!("`{}` is a tensor and needs an index", id.name), format!("write `{}[...]` with its dimensions", id.name));
+                    self.err(
+                        id.span,
+                        format!("`{}` is a tensor and needs an index", id.name),
+                        format!("write `{}[...]` with its dimensions", id.name),
+                    );
                     None
                 }
                 None if BUILTIN_CONSTANTS.contains(&id.name.as_str()) => Some(Expr::Const(f64::INFINITY)),
@@ -286,7 +319,11 @@ impl<'a, 'd> Checker<'a, 'd> {
         self.err(
             id.span,
             format!("`{}` is not a dimension of `{func}` here", id.name),
-            format!("dimensions here are: {}; reduce over `{}` (rsum, rmax, rmin, rdot) or add it to `{func}[...]`", self.dims_named(scope), id.name),
+            format!(
+                "dimensions here are: {}; reduce over `{}` (rsum, rmax, rmin, rdot) or add it to `{func}[...]`",
+                self.dims_named(scope),
+                id.name
+            ),
         );
     }
 
@@ -296,7 +333,11 @@ impl<'a, 'd> Checker<'a, 'd> {
         let mut ok = true;
         for ix in index {
             let ExprKind::Name(id) = &ix.kind else {
-                self.err(ix.span, "an index must be a dimension name", "indices are labels such as `x`; arithmetic on indices is not supported");
+                self.err(
+                    ix.span,
+                    "an index must be a dimension name",
+                    "indices are labels such as `x`; arithmetic on indices is not supported",
+                );
                 ok = false;
                 continue;
             };
@@ -325,7 +366,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                     if first.len() != labels.len() {
                         let n = first.len();
                         let msg = format!("`{}` is read with {} here but with {n} elsewhere", name.name, count(labels.len(), "index"));
-                        self.err(name.span, msg, format!("an input has one rank: every read of `{}` needs {n} indices, as its first read has", name.name));
+                        self.err(
+                            name.span,
+                            msg,
+                            format!("an input has one rank: every read of `{}` needs {n} indices, as its first read has", name.name),
+                        );
                         return None;
                     }
                 }
@@ -340,7 +385,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                     // A definition with errors, or one in a statement that did not parse, has
                     // been reported already.
                     if self.complete && !self.broken[g.index()] {
-                        self.err(name.span, format!("`{}` is used but never defined", name.name), format!("define it: `{}[...] = ...;`", name.name));
+                        self.err(
+                            name.span,
+                            format!("`{}` is used but never defined", name.name),
+                            format!("define it: `{}[...] = ...;`", name.name),
+                        );
                     }
                     return None;
                 };
@@ -353,7 +402,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                 Some(Expr::Read { func: g, index: labels })
             }
             Some(e) => {
-                self.err(name.span, format!("`{}` is {}, not a tensor", name.name, Self::kind_word(e)), "only inputs and Funcs can be indexed");
+                self.err(
+                    name.span,
+                    format!("`{}` is {}, not a tensor", name.name, Self::kind_word(e)),
+                    "only inputs and Funcs can be indexed",
+                );
                 None
             }
             None => {
@@ -365,7 +418,11 @@ impl<'a, 'd> Checker<'a, 'd> {
 
     fn arity(&mut self, span: Span, name: &str, args: &[ast::Expr], n: usize, form: &str) -> bool {
         if args.len() != n {
-            self.err(span, format!("`{name}` takes {n} argument{} but was given {}", if n == 1 { "" } else { "s" }, args.len()), format!("write `{form}`"));
+            self.err(
+                span,
+                format!("`{name}` takes {n} argument{} but was given {}", if n == 1 { "" } else { "s" }, args.len()),
+                format!("write `{form}`"),
+            );
             return false;
         }
         true
@@ -379,7 +436,11 @@ impl<'a, 'd> Checker<'a, 'd> {
         };
         let d = self.dim(id, scope)?;
         if scope.contains(&d) {
-            self.err(id.span, format!("cannot reduce over `{}`: it is already a dimension here", id.name), "reduce over a dimension the result does not have");
+            self.err(
+                id.span,
+                format!("cannot reduce over `{}`: it is already a dimension here", id.name),
+                "reduce over a dimension the result does not have",
+            );
             return None;
         }
         Some(d)
@@ -431,7 +492,10 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let body = self.expr(&args[0], func, &inner)?;
                 if !body.free_dims().contains(&dim) {
                     let dn = self.prog.dim_name(dim).to_string();
-                    let label = format!("it varies over: {}; reduce over one of these, or index the operand by `{dn}`", self.dims_named(&body.free_dims().into_iter().collect::<Vec<_>>()));
+                    let label = format!(
+                        "it varies over: {}; reduce over one of these, or index the operand by `{dn}`",
+                        self.dims_named(&body.free_dims().into_iter().collect::<Vec<_>>())
+                    );
                     self.err(args[0].span, format!("the operand of `{n}` does not vary over `{dn}`"), label);
                     return None;
                 }
@@ -453,7 +517,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let (a, b) = (a?, b?);
                 for (arg, e) in [(&args[0], &a), (&args[1], &b)] {
                     if !e.free_dims().contains(&dim) {
-                        self.err(arg.span, format!("this operand of `rdot` does not vary over `{}`", self.prog.dim_name(dim)), "both operands of a contraction must have the contracted dimension");
+                        self.err(
+                            arg.span,
+                            format!("this operand of `rdot` does not vary over `{}`", self.prog.dim_name(dim)),
+                            "both operands of a contraction must have the contracted dimension",
+                        );
                         return None;
                     }
                 }
@@ -553,7 +621,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                 });
                 if let Some(d) = labels.iter().find(|d| reduced.contains(d)) {
                     let span = self.defs[f].as_ref().map_or(self.prog.funcs[f].span, |d| d.span);
-                    let msg = format!("`{}` is read under `{}`, which `{}` reduces over", self.prog.func(g).name, self.prog.dim_name(*d), self.prog.func(g).name);
+                    let msg = format!(
+                        "`{}` is read under `{}`, which `{}` reduces over",
+                        self.prog.func(g).name,
+                        self.prog.dim_name(*d),
+                        self.prog.func(g).name
+                    );
                     self.err(span, msg, "use another label for this read");
                 }
             }
@@ -570,7 +643,11 @@ impl<'a, 'd> Checker<'a, 'd> {
             let f = match self.lookup(&func.name) {
                 Some(Entity::Func(f)) => f,
                 Some(e) => {
-                    self.err(func.span, format!("`{}` is {}; only a Func has a schedule", func.name, Self::kind_word(e)), "schedule primitives apply to Funcs");
+                    self.err(
+                        func.span,
+                        format!("`{}` is {}; only a Func has a schedule", func.name, Self::kind_word(e)),
+                        "schedule primitives apply to Funcs",
+                    );
                     continue;
                 }
                 None => {
@@ -580,7 +657,11 @@ impl<'a, 'd> Checker<'a, 'd> {
             };
             if self.defs[f.index()].is_none() {
                 if self.complete && !self.broken[f.index()] {
-                    self.err(func.span, format!("`{}` is scheduled but never defined", func.name), format!("define it: `{}[...] = ...;`", func.name));
+                    self.err(
+                        func.span,
+                        format!("`{}` is scheduled but never defined", func.name),
+                        format!("define it: `{}[...] = ...;`", func.name),
+                    );
                 }
                 continue;
             }
@@ -668,7 +749,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                             }
                             out.push(t);
                         }
-                        SchedArg::Name(id) => self.err(id.span, format!("`{}` is not an element type", id.name), "element types are f16, bf16 and f32"),
+                        SchedArg::Name(id) => {
+                            self.err(id.span, format!("`{}` is not an element type", id.name), "element types are f16, bf16 and f32")
+                        }
                         other => self.err(other.span(), "`dtypes` takes element types", "for example `f.dtypes(f16, bf16, f32);`"),
                     }
                 }
@@ -688,25 +771,45 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let mut out: Vec<(DimId, u64)> = Vec::new();
                 for a in args {
                     let SchedArg::Extent(id, v, s) = a else {
-                        self.err(a.span(), format!("`{}` takes `dimension:extent` pairs", prim.name), format!("for example `{}.{}(x:64)`", fname, prim.name));
+                        self.err(
+                            a.span(),
+                            format!("`{}` takes `dimension:extent` pairs", prim.name),
+                            format!("for example `{}.{}(x:64)`", fname, prim.name),
+                        );
                         continue;
                     };
                     let Some(d) = self.dim(id, &fdims) else { continue };
                     let Some(n) = self.int_arg(*v, *s, "an extent") else { continue };
                     if is_block && !fdims.contains(&d) {
                         if self.computed_dims(f).contains(&d) {
-                            self.err(id.span, format!("cannot block `{}`: `{fname}` reduces over it", id.name), "only dimensions of the result can be blocked; tensorize a reduction dimension instead");
+                            self.err(
+                                id.span,
+                                format!("cannot block `{}`: `{fname}` reduces over it", id.name),
+                                "only dimensions of the result can be blocked; tensorize a reduction dimension instead",
+                            );
                         } else {
-                            self.err(id.span, format!("`{}` is not a dimension of `{fname}`", id.name), format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)));
+                            self.err(
+                                id.span,
+                                format!("`{}` is not a dimension of `{fname}`", id.name),
+                                format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)),
+                            );
                         }
                         continue;
                     }
                     if !is_block && !self.computed_dims(f).contains(&d) && !self.tainted(f) {
-                        self.err(id.span, format!("`{}` is not a dimension of `{fname}`", id.name), format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)));
+                        self.err(
+                            id.span,
+                            format!("`{}` is not a dimension of `{fname}`", id.name),
+                            format!("dimensions of `{fname}` are: {}", self.dims_named(&fdims)),
+                        );
                         continue;
                     }
                     if n == 0 {
-                        self.err(*s, format!("a {} of 0 is not allowed", if is_block { "block extent" } else { "bound" }), "use a positive extent");
+                        self.err(
+                            *s,
+                            format!("a {} of 0 is not allowed", if is_block { "block extent" } else { "bound" }),
+                            "use a positive extent",
+                        );
                         continue;
                     }
                     if out.iter().any(|(x, _)| *x == d) {
@@ -735,12 +838,20 @@ impl<'a, 'd> Checker<'a, 'd> {
                     let Some(n) = self.int_arg(*v, *s, "a tile extent") else { continue };
                     if !computed.contains(&d) {
                         if !self.tainted(f) {
-                            self.err(id.span, format!("`{}` is not a dimension of `{fname}` or of anything it computes", id.name), format!("dimensions here are: {}", self.dims_named(&computed)));
+                            self.err(
+                                id.span,
+                                format!("`{}` is not a dimension of `{fname}` or of anything it computes", id.name),
+                                format!("dimensions here are: {}", self.dims_named(&computed)),
+                            );
                         }
                         continue;
                     }
                     if n != 0 && !n.is_power_of_two() {
-                        self.err(*s, format!("tile extent {n} is not a power of two"), format!("use {} or {}", n.next_power_of_two() / 2, n.next_power_of_two()));
+                        self.err(
+                            *s,
+                            format!("tile extent {n} is not a power of two"),
+                            format!("use {} or {}", n.next_power_of_two() / 2, n.next_power_of_two()),
+                        );
                         continue;
                     }
                     if n > 1 << 20 {
@@ -786,7 +897,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                     let Some(d) = self.dim(id, &blocked) else { continue };
                     if !blocked.contains(&d) {
-                        let label = format!("blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`", self.dims_named(&blocked), id.name);
+                        let label = format!(
+                            "blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`",
+                            self.dims_named(&blocked),
+                            id.name
+                        );
                         self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
                         continue;
                     }
@@ -800,7 +915,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                 SchedArg::Split { dim, inner, factor, factor_span } => {
                     let Some(d) = self.dim(dim, &blocked) else { continue };
                     if !blocked.contains(&d) {
-                        let label = format!("blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`", self.dims_named(&blocked), dim.name);
+                        let label = format!(
+                            "blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`",
+                            self.dims_named(&blocked),
+                            dim.name
+                        );
                         self.err(dim.span, format!("`{}` is not a blocked dimension of `{fname}`", dim.name), label);
                         continue;
                     }
@@ -814,7 +933,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                         continue;
                     }
                     if self.lookup(&inner.name).is_some() {
-                        self.err(inner.span, format!("`{}` is already declared", inner.name), "the inner part of a split needs a fresh name");
+                        self.err(
+                            inner.span,
+                            format!("`{}` is already declared", inner.name),
+                            "the inner part of a split needs a fresh name",
+                        );
                         continue;
                     }
                     seen.push(d);
@@ -825,11 +948,19 @@ impl<'a, 'd> Checker<'a, 'd> {
             }
         }
         for (name, _, _, s) in pending_inner {
-            self.err(s, format!("the inner part `{name}` is never placed"), format!("list `{name}` after the split, e.g. `map(x:{name}/8, y, {name})`"));
+            self.err(
+                s,
+                format!("the inner part `{name}` is never placed"),
+                format!("list `{name}` after the split, e.g. `map(x:{name}/8, y, {name})`"),
+            );
         }
         for d in &blocked {
             if !seen.contains(d) {
-                self.err(span, format!("`map` does not place blocked dimension `{}`", self.prog.dim_name(*d)), "list every blocked dimension once");
+                self.err(
+                    span,
+                    format!("`map` does not place blocked dimension `{}`", self.prog.dim_name(*d)),
+                    "list every blocked dimension once",
+                );
             }
         }
         self.prog.funcs[f.index()].schedule.map = Some(entries);
@@ -859,7 +990,8 @@ impl<'a, 'd> Checker<'a, 'd> {
             return;
         }
         if !self.prog.producers(c).contains(&p) {
-            let readers: Vec<&str> = self.prog.funcs.iter().filter(|g| g.body.reads().iter().any(|(r, _)| *r == p)).map(|g| g.name.as_str()).collect();
+            let readers: Vec<&str> =
+                self.prog.funcs.iter().filter(|g| g.body.reads().iter().any(|(r, _)| *r == p)).map(|g| g.name.as_str()).collect();
             let label = match readers.as_slice() {
                 [] => format!("`{pname}` can only be fused into a Func that reads it, and none does"),
                 _ => format!("`{pname}` can only be fused into a Func that reads it: {}", readers.join(", ")),
@@ -870,7 +1002,11 @@ impl<'a, 'd> Checker<'a, 'd> {
         let cdims = self.prog.func(c).dims.clone();
         let Some(d) = self.dim(did, &cdims) else { return };
         let Some(level) = cdims.iter().position(|x| *x == d) else {
-            self.err(did.span, format!("`{}` is not a dimension of `{}`", did.name, cid.name), format!("dimensions of `{}` are: {}", cid.name, self.dims_named(&cdims)));
+            self.err(
+                did.span,
+                format!("`{}` is not a dimension of `{}`", did.name, cid.name),
+                format!("dimensions of `{}` are: {}", cid.name, self.dims_named(&cdims)),
+            );
             return;
         };
         let outer = &cdims[..=level];
@@ -884,7 +1020,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                     let level = innermost_read_level(&self.prog, c, p).map_or(bad_name.clone(), |d| self.prog.dim_name(d).to_string());
                     format!("`{pname}` is read at [{}]: write `{pname}.fuse_at({}, {level});`", self.dims_named(&labels), cid.name)
                 } else {
-                    format!("`{pname}` is read inside the reduction over `{bad_name}`, where it is computed per chunk: remove this `fuse_at`")
+                    format!(
+                        "`{pname}` is read inside the reduction over `{bad_name}`, where it is computed per chunk: remove this `fuse_at`"
+                    )
                 };
                 let msg = format!("`{pname}` cannot be computed at `{}`: it is read at `{bad_name}`, an inner loop", did.name);
                 self.err(did.span, msg, label);
@@ -906,8 +1044,12 @@ impl<'a, 'd> Checker<'a, 'd> {
             let name = self.prog.funcs[i].name.clone();
             if !sched.kernel && kernels_known {
                 let label = match sched.fuse_at {
-                    Some((c, _)) => format!("`{name}` is computed inside `{}`: schedule `{}` instead", self.prog.func(c).name, self.prog.func(c).name),
-                    None => format!("this primitive applies to kernels: add `{name}.compile();`, or schedule the kernel that computes `{name}`"),
+                    Some((c, _)) => {
+                        format!("`{name}` is computed inside `{}`: schedule `{}` instead", self.prog.func(c).name, self.prog.func(c).name)
+                    }
+                    None => {
+                        format!("this primitive applies to kernels: add `{name}.compile();`, or schedule the kernel that computes `{name}`")
+                    }
                 };
                 for s in spans.placement.iter().chain(spans.dtypes.iter()) {
                     self.err(*s, format!("`{name}` is not a kernel"), label.clone());
@@ -922,7 +1064,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                 if !self.prog.func(c).schedule.kernel && kernels_known {
                     if let Some(s) = spans.fuse_at {
                         let cname = self.prog.func(c).name.clone();
-                        self.err(s, format!("`{cname}` is not a kernel"), format!("fuse producers into a kernel: add `{cname}.compile();`"));
+                        self.err(
+                            s,
+                            format!("`{cname}` is not a kernel"),
+                            format!("fuse producers into a kernel: add `{cname}.compile();`"),
+                        );
                     }
                 }
             }
@@ -933,12 +1079,20 @@ impl<'a, 'd> Checker<'a, 'd> {
                 match (block, *n) {
                     (Some(b), n) if n > 0 && b % n != 0 => {
                         let dn = self.prog.dim_name(*d).to_string();
-                        self.err(*s, format!("tile extent {n} does not divide the block extent {b} of `{dn}`"), format!("a block extent must be a multiple of its tile extent; try {}", largest_pow2_divisor(b).min(n)));
+                        self.err(
+                            *s,
+                            format!("tile extent {n} does not divide the block extent {b} of `{dn}`"),
+                            format!("a block extent must be a multiple of its tile extent; try {}", largest_pow2_divisor(b).min(n)),
+                        );
                     }
                     (None, 0) if self.complete && self.bound_of(f, *d).is_none() => {
                         let dn = self.prog.dim_name(*d).to_string();
                         let kname = self.prog.funcs[self.kernel_of(f).index()].name.clone();
-                        self.err(*s, format!("`{dn}:0` needs an extent: `{dn}` is not blocked"), format!("add a bound such as `{kname}.bound({dn}:4096)`, or block `{dn}`"));
+                        self.err(
+                            *s,
+                            format!("`{dn}:0` needs an extent: `{dn}` is not blocked"),
+                            format!("add a bound such as `{kname}.bound({dn}:4096)`, or block `{dn}`"),
+                        );
                     }
                     _ => {}
                 }
@@ -950,14 +1104,22 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let func = self.prog.func(g).clone();
                 let kname = self.prog.func(k).name.clone();
                 if func.schedule.kernel {
-                    self.err(func.span, format!("kernel `{}` is read by kernel `{kname}`", func.name), "a kernel cannot read another kernel's output; remove `compile()` from one of them");
+                    self.err(
+                        func.span,
+                        format!("kernel `{}` is read by kernel `{kname}`", func.name),
+                        "a kernel cannot read another kernel's output; remove `compile()` from one of them",
+                    );
                     continue;
                 }
                 match func.schedule.fuse_at {
                     Some((c, _)) if c != k && !self.prog.func(c).schedule.kernel => {}
                     Some((c, _)) if c != k => {
                         let cname = self.prog.func(c).name.clone();
-                        self.err(func.span, format!("`{}` is read by kernel `{kname}` but placed in `{cname}`", func.name), format!("place it in `{kname}` or do not read it there"));
+                        self.err(
+                            func.span,
+                            format!("`{}` is read by kernel `{kname}` but placed in `{cname}`", func.name),
+                            format!("place it in `{kname}` or do not read it there"),
+                        );
                     }
                     Some(_) => {}
                     // A reduction read inside a reduction over one of its dimensions is inlined:
@@ -967,7 +1129,11 @@ impl<'a, 'd> Checker<'a, 'd> {
                     None if self.sched_spans[g.index()].fuse_at.is_some() || !self.complete => {}
                     None if func.body.has_reduction() && reads_only_at_loops(&self.prog, k, g) => {
                         let d = innermost_read_level(&self.prog, k, g).map_or("x", |d| self.prog.dim_name(d)).to_string();
-                        self.err(func.span, format!("`{}` computes a reduction and is never placed", func.name), format!("place it inside the kernel that reads it: `{}.fuse_at({kname}, {d});`", func.name));
+                        self.err(
+                            func.span,
+                            format!("`{}` computes a reduction and is never placed", func.name),
+                            format!("place it inside the kernel that reads it: `{}.fuse_at({kname}, {d});`", func.name),
+                        );
                     }
                     None => {}
                 }

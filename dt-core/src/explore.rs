@@ -131,7 +131,10 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
         }
     }
     if !blocked.is_empty() {
-        lines.push(format!("{kname}.block({});", blocked.iter().map(|(d, b)| format!("{}:{b}", name(p, *d))).collect::<Vec<_>>().join(", ")));
+        lines.push(format!(
+            "{kname}.block({});",
+            blocked.iter().map(|(d, b)| format!("{}:{b}", name(p, *d))).collect::<Vec<_>>().join(", ")
+        ));
     }
     // tensorize: every dimension the kernel computes over, within the element budget.
     let mut tiles = Vec::new();
@@ -171,7 +174,10 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     }
     bounds.retain(|d| tiles.iter().any(|t| t == &format!("{}:0", name(p, *d))));
     if !bounds.is_empty() {
-        lines.push(format!("{kname}.bound({});", bounds.iter().map(|d| format!("{}:{}", name(p, *d), opts.max_size)).collect::<Vec<_>>().join(", ")));
+        lines.push(format!(
+            "{kname}.bound({});",
+            bounds.iter().map(|d| format!("{}:{}", name(p, *d), opts.max_size)).collect::<Vec<_>>().join(", ")
+        ));
     }
     // map: a random order of the blocked dimensions, sometimes with one split.
     if !blocked.is_empty() && rng.chance(60) {

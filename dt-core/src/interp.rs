@@ -27,7 +27,16 @@ pub fn run(k: &Kernel, args: &Bound, dtype: DType, opts: Options) -> Tensor {
     let programs = k.grid.programs(&args.sizes);
     for pid in 0..programs {
         let Some(blocks) = k.grid.unravel(pid, &args.sizes) else { continue };
-        let mut m = Machine { k, args, dtype, out: &mut out, values: vec![Vec::new(); k.values.len()], vars: vec![Vec::new(); k.vars.len()], offsets: Vec::new(), blocks };
+        let mut m = Machine {
+            k,
+            args,
+            dtype,
+            out: &mut out,
+            values: vec![Vec::new(); k.values.len()],
+            vars: vec![Vec::new(); k.vars.len()],
+            offsets: Vec::new(),
+            blocks,
+        };
         m.stmts(&k.body);
     }
     out
@@ -212,8 +221,13 @@ impl Machine<'_> {
         // output's own axis order.
         let map = broadcast_map(tile, &self.k.value(value).shape);
         let st = strides(&self.out.shape);
-        let dims: Vec<(usize, usize, usize, usize, usize)> =
-            tile.0.iter().zip(decoders(tile)).enumerate().map(|(a, ((d, _), (s, e)))| (s, e, self.offset(*d), self.size(*d), st[a])).collect();
+        let dims: Vec<(usize, usize, usize, usize, usize)> = tile
+            .0
+            .iter()
+            .zip(decoders(tile))
+            .enumerate()
+            .map(|(a, ((d, _), (s, e)))| (s, e, self.offset(*d), self.size(*d), st[a]))
+            .collect();
         'element: for (i, m) in map.iter().enumerate() {
             let mut flat = 0;
             for &(s, e, off, size, stride) in &dims {

@@ -76,16 +76,31 @@ pub enum Op {
     Len(DimId),
     /// Input number `input`, its axis `i` indexed along dimension `axes[i]`, read at the tile's
     /// offsets; invalid lanes read 0.
-    Load { input: usize, axes: Vec<DimId> },
+    Load {
+        input: usize,
+        axes: Vec<DimId>,
+    },
     Unary(UnOp, ValueId),
     Binary(BinOp, ValueId, ValueId),
     Select(ValueId, ValueId, ValueId),
     /// `value` with the invalid lanes along `dim` replaced by `fill`.
-    MaskFill { value: ValueId, dim: DimId, fill: f32 },
+    MaskFill {
+        value: ValueId,
+        dim: DimId,
+        fill: f32,
+    },
     /// Combines the lanes of `value` along `dim`.
-    Reduce { op: RedOp, value: ValueId, dim: DimId },
+    Reduce {
+        op: RedOp,
+        value: ValueId,
+        dim: DimId,
+    },
     /// Contraction of `a` and `b` over `dim`.
-    Dot { a: ValueId, b: ValueId, dim: DimId },
+    Dot {
+        a: ValueId,
+        b: ValueId,
+        dim: DimId,
+    },
     /// The current value of an accumulator.
     Var(VarId),
 }
@@ -122,13 +137,27 @@ pub struct Loop {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
-    Let { value: ValueId, op: Op },
+    Let {
+        value: ValueId,
+        op: Op,
+    },
     /// Sets every lane of an accumulator to `value`.
-    Init { var: VarId, value: f32, origin: String },
-    Update { var: VarId, combine: Combine, value: ValueId },
+    Init {
+        var: VarId,
+        value: f32,
+        origin: String,
+    },
+    Update {
+        var: VarId,
+        combine: Combine,
+        value: ValueId,
+    },
     Loop(Loop),
     /// Writes `value`, broadcast to the output tile `tile`, to the output, masked.
-    Store { value: ValueId, tile: Shape },
+    Store {
+        value: ValueId,
+        tile: Shape,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -300,7 +329,9 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Scalar(i) => format!("scalar {}", k.scalars[*i]),
         Op::Index(d) => format!("index {}", k.dim_name(*d)),
         Op::Len(d) => format!("len {}", k.dim_name(*d)),
-        Op::Load { input, axes } => format!("load {}[{}] masked else 0", k.inputs[*input].name, axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", ")),
+        Op::Load { input, axes } => {
+            format!("load {}[{}] masked else 0", k.inputs[*input].name, axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", "))
+        }
         Op::Unary(u, a) => format!("{} {}", u.name(), v(a)),
         Op::Binary(b, x, y) => format!("{} {}, {}", b.name(), v(x), v(y)),
         Op::Select(c, x, y) => format!("select {}, {}, {}", v(c), v(x), v(y)),
@@ -317,7 +348,8 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
         match s {
             Stmt::Let { value, op } => {
                 let val = k.value(*value);
-                let _ = writeln!(out, "{pad}%{} : f32{} @{} = {}", value.0, shape_text(k, &val.shape), layout_text(val.layout), op_text(k, op));
+                let _ =
+                    writeln!(out, "{pad}%{} : f32{} @{} = {}", value.0, shape_text(k, &val.shape), layout_text(val.layout), op_text(k, op));
             }
             Stmt::Init { var, value, origin } => {
                 let _ = writeln!(out, "{pad}$acc{} : f32{} = {value}{}", var.0, shape_text(k, k.var(*var)), comment(origin));
@@ -344,4 +376,15 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
             }
         }
     }
+}
+
+/// Whether kernel `name` is a size-class variant of the kernel `family`: the family's name
+/// itself, or that name followed by `_` and a class starting with a digit (`softmax_16k`). A
+/// library op runs the first variant, in the order of the spec, whose bounds admit the sizes.
+pub fn is_variant_of(name: &str, family: &str) -> bool {
+    name == family
+        || name
+            .strip_prefix(family)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .is_some_and(|class| class.starts_with(|c: char| c.is_ascii_digit()))
 }

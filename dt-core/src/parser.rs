@@ -150,13 +150,14 @@ impl Parser<'_> {
 
     fn item(&mut self) -> PResult<Item> {
         let first = self.ident("a declaration, a definition `f[x] = ...;` or a schedule `f.block(...);`")?;
-        let kind = [DeclKind::Func, DeclKind::In, DeclKind::SIn, DeclKind::Var, DeclKind::RVar]
-            .into_iter()
-            .find(|k| k.keyword() == first.name || (k.keyword().eq_ignore_ascii_case(&first.name) && matches!(self.peek().tok, Tok::Ident(_))));
+        let kind = [DeclKind::Func, DeclKind::In, DeclKind::SIn, DeclKind::Var, DeclKind::RVar].into_iter().find(|k| {
+            k.keyword() == first.name || (k.keyword().eq_ignore_ascii_case(&first.name) && matches!(self.peek().tok, Tok::Ident(_)))
+        });
         if let Some(k) = kind.filter(|k| k.keyword() != first.name) {
             // A keyword in the wrong case: reported, and the declaration is kept.
             self.diags.push(
-                Diagnostic::new(first.span, format!("`{}` is not a keyword", first.name)).with_label(format!("keywords are case-sensitive: write `{}`", k.keyword())),
+                Diagnostic::new(first.span, format!("`{}` is not a keyword", first.name))
+                    .with_label(format!("keywords are case-sensitive: write `{}`", k.keyword())),
             );
         }
         if let Some(kind) = kind {
@@ -236,8 +237,9 @@ impl Parser<'_> {
     /// operator of a chain such as `a + b + c` (which nests to the left).
     fn deeper(&mut self, at: Span) -> PResult<()> {
         if self.depth >= MAX_DEPTH {
-            return Err(Diagnostic::new(at, "expression nested too deeply")
-                .with_label(format!("at most {MAX_DEPTH} levels of parentheses, calls and operators; compute parts of it in other Funcs")));
+            return Err(Diagnostic::new(at, "expression nested too deeply").with_label(format!(
+                "at most {MAX_DEPTH} levels of parentheses, calls and operators; compute parts of it in other Funcs"
+            )));
         }
         self.depth += 1;
         Ok(())

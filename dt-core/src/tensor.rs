@@ -98,7 +98,10 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
     let mut sizes: Vec<Option<(usize, String)>> = vec![None; p.dims.len()];
     for (name, _) in &args.inputs {
         if !inputs.iter().any(|i| &p.input(*i).name == name) {
-            return Err(ArgError(format!("kernel `{kname}` has no input `{name}` (inputs: {})", names(inputs.iter().map(|i| p.input(*i).name.as_str())))));
+            return Err(ArgError(format!(
+                "kernel `{kname}` has no input `{name}` (inputs: {})",
+                names(inputs.iter().map(|i| p.input(*i).name.as_str()))
+            )));
         }
     }
     let mut bound_inputs = Vec::new();
@@ -109,13 +112,25 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
             return Err(ArgError(format!("missing input `{}` of kernel `{kname}`", input.name)));
         };
         if t.shape.len() != input.rank() {
-            return Err(ArgError(format!("input `{}` has {} dimensions, but `{kname}` reads it with {} ([{}])", input.name, t.shape.len(), input.rank(), names(input.dims().iter().map(|d| p.dim_name(*d))))));
+            return Err(ArgError(format!(
+                "input `{}` has {} dimensions, but `{kname}` reads it with {} ([{}])",
+                input.name,
+                t.shape.len(),
+                input.rank(),
+                names(input.dims().iter().map(|d| p.dim_name(*d)))
+            )));
         }
         if t.len() > MAX_ELEMENTS {
             return Err(ArgError(format!("input `{}` has {} elements; at most 2^31 are supported", input.name, t.len())));
         }
         if t.len() != t.shape.iter().product::<usize>() {
-            return Err(ArgError(format!("input `{}` holds {} values but its shape {:?} needs {}", input.name, t.len(), t.shape, t.shape.iter().product::<usize>())));
+            return Err(ArgError(format!(
+                "input `{}` holds {} values but its shape {:?} needs {}",
+                input.name,
+                t.len(),
+                t.shape,
+                t.shape.iter().product::<usize>()
+            )));
         }
         for (_, labels) in loads.iter().filter(|(x, _)| x == i) {
             for (axis, d) in labels.iter().enumerate() {
@@ -123,7 +138,10 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
                 let here = format!("axis {axis} of `{}`", input.name);
                 match &sizes[d.index()] {
                     Some((m, from)) if *m != n => {
-                        return Err(ArgError(format!("size mismatch for dimension `{}`: {n} from {here} but {m} from {from}", p.dim_name(*d))));
+                        return Err(ArgError(format!(
+                            "size mismatch for dimension `{}`: {n} from {here} but {m} from {from}",
+                            p.dim_name(*d)
+                        )));
                     }
                     Some(_) => {}
                     None => sizes[d.index()] = Some((n, here)),
@@ -146,7 +164,13 @@ pub fn bind<'a>(p: &Program, k: FuncId, args: &'a Args) -> Result<Bound<'a>, Arg
     for d in p.kernel_dims(k) {
         match &sizes[d.index()] {
             Some((n, _)) => out[d.index()] = *n,
-            None => return Err(ArgError(format!("the size of dimension `{}` is not fixed by any input; give it (e.g. --size {}=N)", p.dim_name(d), p.dim_name(d)))),
+            None => {
+                return Err(ArgError(format!(
+                    "the size of dimension `{}` is not fixed by any input; give it (e.g. --size {}=N)",
+                    p.dim_name(d),
+                    p.dim_name(d)
+                )))
+            }
         }
     }
     let mut scalars = Vec::new();

@@ -50,11 +50,41 @@ fn jobs(small: bool) -> Vec<Job> {
     let row_in = vec![(vec![rows, cols], x.clone()), (vec![cols], w.clone()), (vec![cols], bias.clone())];
     let att_in = vec![(vec![b, h, s, d], q.clone()), (vec![b, h, s, d], kk.clone()), (vec![b, h, s, d], v.clone())];
     vec![
-        Job { name: "matmul", shape: format!("{m}x{n}x{k}"), inputs: mm_in.clone(), scalar: 0.0, want: reference::matmul(&a, &bm, m, n, k) },
-        Job { name: "mm_leaky_relu", shape: format!("{m}x{n}x{k}"), inputs: mm_in, scalar: 0.0, want: reference::mm_leaky_relu(&a, &bm, m, n, k, 0.01) },
-        Job { name: "softmax", shape: format!("{rows}x{cols}"), inputs: vec![(vec![rows, cols], x.clone())], scalar: 0.0, want: reference::softmax(&x, rows, cols) },
-        Job { name: "layernorm", shape: format!("{rows}x{cols}"), inputs: row_in.clone(), scalar: 1e-5, want: reference::layernorm(&x, &w, &bias, rows, cols, 1e-5) },
-        Job { name: "dyt", shape: format!("{rows}x{cols}"), inputs: row_in, scalar: 0.5, want: reference::dyt(&x, &w, &bias, 0.5, rows, cols) },
+        Job {
+            name: "matmul",
+            shape: format!("{m}x{n}x{k}"),
+            inputs: mm_in.clone(),
+            scalar: 0.0,
+            want: reference::matmul(&a, &bm, m, n, k),
+        },
+        Job {
+            name: "mm_leaky_relu",
+            shape: format!("{m}x{n}x{k}"),
+            inputs: mm_in,
+            scalar: 0.0,
+            want: reference::mm_leaky_relu(&a, &bm, m, n, k, 0.01),
+        },
+        Job {
+            name: "softmax",
+            shape: format!("{rows}x{cols}"),
+            inputs: vec![(vec![rows, cols], x.clone())],
+            scalar: 0.0,
+            want: reference::softmax(&x, rows, cols),
+        },
+        Job {
+            name: "layernorm",
+            shape: format!("{rows}x{cols}"),
+            inputs: row_in.clone(),
+            scalar: 1e-5,
+            want: reference::layernorm(&x, &w, &bias, rows, cols, 1e-5),
+        },
+        Job {
+            name: "dyt",
+            shape: format!("{rows}x{cols}"),
+            inputs: row_in,
+            scalar: 0.5,
+            want: reference::dyt(&x, &w, &bias, 0.5, rows, cols),
+        },
         Job {
             name: "attention",
             shape: format!("{b}x{h}x{s}x{d}"),
@@ -73,7 +103,11 @@ fn jobs(small: bool) -> Vec<Job> {
 }
 
 fn run_gpu(gpu: &Gpu, job: &Job) -> dt_kernels::Result<(Vec<f32>, f64)> {
-    let t: Vec<DeviceTensor<f16>> = job.inputs.iter().map(|(shape, v)| gpu.upload(shape.clone(), &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>())).collect::<Result<_, _>>()?;
+    let t: Vec<DeviceTensor<f16>> = job
+        .inputs
+        .iter()
+        .map(|(shape, v)| gpu.upload(shape.clone(), &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))
+        .collect::<Result<_, _>>()?;
     let call = || match job.name {
         "matmul" => dt_kernels::matmul::matmul(gpu, &t[0], &t[1]),
         "mm_leaky_relu" => dt_kernels::mm_leaky_relu::mm_leaky_relu(gpu, &t[0], &t[1]),
@@ -97,7 +131,8 @@ fn run_gpu(gpu: &Gpu, job: &Job) -> dt_kernels::Result<(Vec<f32>, f64)> {
 }
 
 fn run_cpu(job: &Job) -> dt_kernels::Result<(Vec<f32>, f64)> {
-    let t: Vec<HostTensor<f32>> = job.inputs.iter().map(|(shape, v)| HostTensor::new(shape.clone(), v.clone())).collect::<Result<_, _>>()?;
+    let t: Vec<HostTensor<f32>> =
+        job.inputs.iter().map(|(shape, v)| HostTensor::new(shape.clone(), v.clone())).collect::<Result<_, _>>()?;
     let start = Instant::now();
     let out = match job.name {
         "matmul" => cpu::matmul(&t[0], &t[1]),
@@ -115,10 +150,14 @@ fn main() {
     let gpu = Gpu::new();
     let (tolerance, dtype) = match &gpu {
         Ok(g) => {
-            println!("GPU: {} (kernels from {})", g.name().unwrap_or_else(|e| e.to_string()), match Gpu::fatbin_archs() {
-                Some(a) => format!("the fatbin built for {a}"),
-                None => "NVRTC".into(),
-            });
+            println!(
+                "GPU: {} (kernels from {})",
+                g.name().unwrap_or_else(|e| e.to_string()),
+                match Gpu::fatbin_archs() {
+                    Some(a) => format!("the fatbin built for {a}"),
+                    None => "NVRTC".into(),
+                }
+            );
             (2e-2, f16::DTYPE)
         }
         Err(e) => {
@@ -138,7 +177,15 @@ fn main() {
                 let err = error_stats(&got, &job.want).rel_l2;
                 let ok = err <= tolerance;
                 failed += usize::from(!ok);
-                println!("{:<17} {:<14} {:>5} {:>12.3} {:>12.2e}  {}", job.name, job.shape, dtype.name(), secs * 1e3, err, if ok { "ok" } else { "WRONG" });
+                println!(
+                    "{:<17} {:<14} {:>5} {:>12.3} {:>12.2e}  {}",
+                    job.name,
+                    job.shape,
+                    dtype.name(),
+                    secs * 1e3,
+                    err,
+                    if ok { "ok" } else { "WRONG" }
+                );
             }
             Err(e) => {
                 failed += 1;

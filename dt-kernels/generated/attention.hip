@@ -133,8 +133,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -142,41 +142,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         float v0[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l13 = (e / 2048) % 1;
-                                const int l14 = (e / 2048) % 1;
-                                const int l15 = (e / 32) % 64;
-                                const int l16 = (e / 1) % 32;
-                                v0[r] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[(o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l13 = (e / 2048) % 1;
+                            const int l14 = (e / 2048) % 1;
+                            const int l15 = (e / 32) % 64;
+                            const int l16 = (e / 1) % 32;
+                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v1[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[(o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
                         float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -186,18 +222,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -205,8 +233,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v3[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v3[r] = acc1[r];
                         }
                     }
@@ -233,23 +261,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
                     float v7[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 4 threads per result */
@@ -274,10 +302,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -325,8 +349,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -334,41 +358,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l69 = (e / 2048) % 1;
-                                const int l70 = (e / 2048) % 1;
-                                const int l71 = (e / 32) % 64;
-                                const int l72 = (e / 1) % 32;
-                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l69 = (e / 2048) % 1;
+                            const int l70 = (e / 2048) % 1;
+                            const int l71 = (e / 32) % 64;
+                            const int l72 = (e / 1) % 32;
+                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v10[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v10[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v10[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v10[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v10[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v10[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v10[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v10[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l73 = (e / 2048) % 1;
-                                const int l74 = (e / 2048) % 1;
-                                const int l75 = (e / 32) % 64;
-                                const int l76 = (e / 1) % 32;
-                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l73 = (e / 2048) % 1;
+                            const int l74 = (e / 2048) % 1;
+                            const int l75 = (e / 32) % 64;
+                            const int l76 = (e / 1) % 32;
+                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v11[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v11[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v11[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
                         __syncthreads();
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -378,18 +438,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -397,8 +449,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v13[r] = acc4[r];
                         }
                     }
@@ -425,8 +477,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -445,8 +497,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -456,23 +508,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v19[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v19[r] = expf(v18[r]);
                         }
                     }
                     float v20[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 4 threads per result */
@@ -497,10 +549,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -539,8 +587,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -550,8 +598,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -559,41 +607,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l138 = (e / 2048) % 1;
-                                    const int l139 = (e / 2048) % 1;
-                                    const int l140 = (e / 32) % 64;
-                                    const int l141 = (e / 1) % 32;
-                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l138 = (e / 2048) % 1;
+                                const int l139 = (e / 2048) % 1;
+                                const int l140 = (e / 32) % 64;
+                                const int l141 = (e / 1) % 32;
+                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v23[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                    v23[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                    v23[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                    v23[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                    v23[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                    v23[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                    v23[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                    v23[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l142 = (e / 2048) % 1;
-                                    const int l143 = (e / 2048) % 1;
-                                    const int l144 = (e / 32) % 64;
-                                    const int l145 = (e / 1) % 32;
-                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l142 = (e / 2048) % 1;
+                                const int l143 = (e / 2048) % 1;
+                                const int l144 = (e / 32) % 64;
+                                const int l145 = (e / 1) % 32;
+                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v24[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                    v24[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                    v24[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                    v24[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                    v24[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                    v24[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                    v24[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                    v24[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
                             __syncthreads();
                             float v25[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -603,18 +687,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -622,8 +698,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v26[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -650,8 +726,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -670,8 +746,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -681,16 +757,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v32[r] = expf(v31[r]);
                             }
                         }
                         float v33[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -698,8 +774,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v34[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -709,17 +785,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -729,18 +805,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -748,8 +816,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v36[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v36[r] = acc6[r];
                         }
                     }
@@ -768,27 +836,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l202 = (e / 8192) % 1;
-                            const int l203 = (e / 8192) % 1;
-                            const int l204 = (e / 128) % 64;
-                            const int l205 = (e / 1) % 128;
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_f16(v38[r]);
+                    for (int c = 0; c < 4; c++) {
+                        const int e = (c * 256 + tid) * 8;
+                        const int l202 = (e / 8192) % 1;
+                        const int l203 = (e / 8192) % 1;
+                        const int l204 = (e / 128) % 64;
+                        const int l205 = (e / 1) % 128;
+                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
+                        } else {
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -848,8 +922,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -857,41 +931,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         float v0[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l13 = (e / 2048) % 1;
-                                const int l14 = (e / 2048) % 1;
-                                const int l15 = (e / 32) % 64;
-                                const int l16 = (e / 1) % 32;
-                                v0[r] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[(o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l13 = (e / 2048) % 1;
+                            const int l14 = (e / 2048) % 1;
+                            const int l15 = (e / 32) % 64;
+                            const int l16 = (e / 1) % 32;
+                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v1[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[(o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
                         float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -901,18 +1011,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -920,8 +1022,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v3[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v3[r] = acc1[r];
                         }
                     }
@@ -948,23 +1050,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
                     float v7[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 4 threads per result */
@@ -989,10 +1091,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1040,8 +1138,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -1049,41 +1147,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l69 = (e / 2048) % 1;
-                                const int l70 = (e / 2048) % 1;
-                                const int l71 = (e / 32) % 64;
-                                const int l72 = (e / 1) % 32;
-                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l69 = (e / 2048) % 1;
+                            const int l70 = (e / 2048) % 1;
+                            const int l71 = (e / 32) % 64;
+                            const int l72 = (e / 1) % 32;
+                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v10[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v10[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v10[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v10[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v10[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v10[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v10[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v10[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l73 = (e / 2048) % 1;
-                                const int l74 = (e / 2048) % 1;
-                                const int l75 = (e / 32) % 64;
-                                const int l76 = (e / 1) % 32;
-                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l73 = (e / 2048) % 1;
+                            const int l74 = (e / 2048) % 1;
+                            const int l75 = (e / 32) % 64;
+                            const int l76 = (e / 1) % 32;
+                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v11[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v11[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v11[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
                         __syncthreads();
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -1093,18 +1227,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -1112,8 +1238,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v13[r] = acc4[r];
                         }
                     }
@@ -1140,8 +1266,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1160,8 +1286,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -1171,23 +1297,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v19[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v19[r] = expf(v18[r]);
                         }
                     }
                     float v20[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 4 threads per result */
@@ -1212,10 +1338,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1254,8 +1376,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -1265,8 +1387,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -1274,41 +1396,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l138 = (e / 2048) % 1;
-                                    const int l139 = (e / 2048) % 1;
-                                    const int l140 = (e / 32) % 64;
-                                    const int l141 = (e / 1) % 32;
-                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l138 = (e / 2048) % 1;
+                                const int l139 = (e / 2048) % 1;
+                                const int l140 = (e / 32) % 64;
+                                const int l141 = (e / 1) % 32;
+                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v23[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                    v23[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                    v23[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                    v23[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                    v23[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                    v23[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                    v23[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                    v23[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l142 = (e / 2048) % 1;
-                                    const int l143 = (e / 2048) % 1;
-                                    const int l144 = (e / 32) % 64;
-                                    const int l145 = (e / 1) % 32;
-                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l142 = (e / 2048) % 1;
+                                const int l143 = (e / 2048) % 1;
+                                const int l144 = (e / 32) % 64;
+                                const int l145 = (e / 1) % 32;
+                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v24[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                    v24[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                    v24[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                    v24[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                    v24[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                    v24[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                    v24[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                    v24[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
                             __syncthreads();
                             float v25[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -1318,18 +1476,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -1337,8 +1487,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v26[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -1365,8 +1515,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -1385,8 +1535,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -1396,16 +1546,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v32[r] = expf(v31[r]);
                             }
                         }
                         float v33[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -1413,8 +1563,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v34[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -1424,17 +1574,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -1444,18 +1594,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -1463,8 +1605,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v36[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v36[r] = acc6[r];
                         }
                     }
@@ -1483,27 +1625,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l202 = (e / 8192) % 1;
-                            const int l203 = (e / 8192) % 1;
-                            const int l204 = (e / 128) % 64;
-                            const int l205 = (e / 1) % 128;
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_bf16(v38[r]);
+                    for (int c = 0; c < 4; c++) {
+                        const int e = (c * 256 + tid) * 8;
+                        const int l202 = (e / 8192) % 1;
+                        const int l203 = (e / 8192) % 1;
+                        const int l204 = (e / 128) % 64;
+                        const int l205 = (e / 1) % 128;
+                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
+                        } else {
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1563,8 +1711,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -1572,41 +1720,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         float v0[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l13 = (e / 2048) % 1;
-                                const int l14 = (e / 2048) % 1;
-                                const int l15 = (e / 32) % 64;
-                                const int l16 = (e / 1) % 32;
-                                v0[r] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[(o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l13 = (e / 2048) % 1;
+                            const int l14 = (e / 2048) % 1;
+                            const int l15 = (e / 32) % 64;
+                            const int l16 = (e / 1) % 32;
+                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v0[c * 4 + 0] = __uint_as_float(q.x);
+                                v0[c * 4 + 1] = __uint_as_float(q.y);
+                                v0[c * 4 + 2] = __uint_as_float(q.z);
+                                v0[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v0[c * 4 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v1[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[(o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v1[c * 4 + 0] = __uint_as_float(q.x);
+                                v1[c * 4 + 1] = __uint_as_float(q.y);
+                                v1[c * 4 + 2] = __uint_as_float(q.z);
+                                v1[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v1[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                         __syncthreads();
                         float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -1616,18 +1784,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -1635,8 +1795,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v3[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v3[r] = acc1[r];
                         }
                     }
@@ -1663,23 +1823,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
                     float v7[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 4 threads per result */
@@ -1704,10 +1864,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1755,8 +1911,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -1764,41 +1920,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (long long o68 = 0; o68 < s5; o68 += 32) {
                         float v10[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l69 = (e / 2048) % 1;
-                                const int l70 = (e / 2048) % 1;
-                                const int l71 = (e / 32) % 64;
-                                const int l72 = (e / 1) % 32;
-                                v10[r] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[(o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l69 = (e / 2048) % 1;
+                            const int l70 = (e / 2048) % 1;
+                            const int l71 = (e / 32) % 64;
+                            const int l72 = (e / 1) % 32;
+                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v10[c * 4 + 0] = __uint_as_float(q.x);
+                                v10[c * 4 + 1] = __uint_as_float(q.y);
+                                v10[c * 4 + 2] = __uint_as_float(q.z);
+                                v10[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l73 = (e / 2048) % 1;
-                                const int l74 = (e / 2048) % 1;
-                                const int l75 = (e / 32) % 64;
-                                const int l76 = (e / 1) % 32;
-                                v11[r] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[(o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l73 = (e / 2048) % 1;
+                            const int l74 = (e / 2048) % 1;
+                            const int l75 = (e / 32) % 64;
+                            const int l76 = (e / 1) % 32;
+                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v11[c * 4 + 0] = __uint_as_float(q.x);
+                                v11[c * 4 + 1] = __uint_as_float(q.y);
+                                v11[c * 4 + 2] = __uint_as_float(q.z);
+                                v11[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v11[c * 4 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v10[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v11[r]; }
                         __syncthreads();
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -1808,18 +1984,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -1827,8 +1995,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v13[r] = acc4[r];
                         }
                     }
@@ -1855,8 +2023,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1875,8 +2043,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -1886,23 +2054,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v19[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v19[r] = expf(v18[r]);
                         }
                     }
                     float v20[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 4 threads per result */
@@ -1927,10 +2095,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1969,8 +2133,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -1980,8 +2144,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -1989,41 +2153,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (long long o137 = 0; o137 < s5; o137 += 32) {
                             float v23[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l138 = (e / 2048) % 1;
-                                    const int l139 = (e / 2048) % 1;
-                                    const int l140 = (e / 32) % 64;
-                                    const int l141 = (e / 1) % 32;
-                                    v23[r] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 2; c++) {
+                                const int e = (c * 256 + tid) * 4;
+                                const int l138 = (e / 2048) % 1;
+                                const int l139 = (e / 2048) % 1;
+                                const int l140 = (e / 32) % 64;
+                                const int l141 = (e / 1) % 32;
+                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v23[c * 4 + 0] = __uint_as_float(q.x);
+                                    v23[c * 4 + 1] = __uint_as_float(q.y);
+                                    v23[c * 4 + 2] = __uint_as_float(q.z);
+                                    v23[c * 4 + 3] = __uint_as_float(q.w);
+                                } else {
+                                    v23[c * 4 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l142 = (e / 2048) % 1;
-                                    const int l143 = (e / 2048) % 1;
-                                    const int l144 = (e / 32) % 64;
-                                    const int l145 = (e / 1) % 32;
-                                    v24[r] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[(o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 2; c++) {
+                                const int e = (c * 256 + tid) * 4;
+                                const int l142 = (e / 2048) % 1;
+                                const int l143 = (e / 2048) % 1;
+                                const int l144 = (e / 32) % 64;
+                                const int l145 = (e / 1) % 32;
+                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v24[c * 4 + 0] = __uint_as_float(q.x);
+                                    v24[c * 4 + 1] = __uint_as_float(q.y);
+                                    v24[c * 4 + 2] = __uint_as_float(q.z);
+                                    v24[c * 4 + 3] = __uint_as_float(q.w);
+                                } else {
+                                    v24[c * 4 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v23[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v24[r]; }
                             __syncthreads();
                             float v25[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                                {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -2033,18 +2217,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                                {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -2052,8 +2228,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float v26[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -2080,8 +2256,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -2100,8 +2276,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -2111,16 +2287,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v32[r] = expf(v31[r]);
                             }
                         }
                         float v33[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -2128,8 +2304,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         float v34[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -2139,17 +2315,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v33[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -2159,18 +2335,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -2178,8 +2346,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v36[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v36[r] = acc6[r];
                         }
                     }
@@ -2198,27 +2366,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l202 = (e / 8192) % 1;
-                            const int l203 = (e / 8192) % 1;
-                            const int l204 = (e / 128) % 64;
-                            const int l205 = (e / 1) % 128;
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[(o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3]] = dt_store_f32(v38[r]);
+                    for (int c = 0; c < 8; c++) {
+                        const int e = (c * 256 + tid) * 4;
+                        const int l202 = (e / 8192) % 1;
+                        const int l203 = (e / 8192) % 1;
+                        const int l204 = (e / 128) % 64;
+                        const int l205 = (e / 1) % 128;
+                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
+                        } else {
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2303,8 +2473,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v2[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -2314,8 +2484,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -2323,41 +2493,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v3[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v3[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[(o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v3[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v3[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v3[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v3[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v3[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v3[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v3[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v3[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l21 = (e / 2048) % 1;
-                                const int l22 = (e / 2048) % 1;
-                                const int l23 = (e / 32) % 64;
-                                const int l24 = (e / 1) % 32;
-                                v4[r] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[(o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l21 = (e / 2048) % 1;
+                            const int l22 = (e / 2048) % 1;
+                            const int l23 = (e / 32) % 64;
+                            const int l24 = (e / 1) % 32;
+                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
                         __syncthreads();
                         float v5[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -2367,18 +2573,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -2386,8 +2584,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v6[r] = acc1[r];
                         }
                     }
@@ -2414,8 +2612,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2437,34 +2635,28 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
                     __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l44 = (e / 64) % 64;
-                            const int l45 = (e / 1) % 64;
-                            v12[r] = (dt_smem + 0)[l44 * 64 + l45] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
+                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 4 threads per result */
@@ -2489,10 +2681,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -2565,8 +2753,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -2576,8 +2764,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -2585,41 +2773,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l81 = (e / 2048) % 1;
-                                const int l82 = (e / 2048) % 1;
-                                const int l83 = (e / 32) % 64;
-                                const int l84 = (e / 1) % 32;
-                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l81 = (e / 2048) % 1;
+                            const int l82 = (e / 2048) % 1;
+                            const int l83 = (e / 32) % 64;
+                            const int l84 = (e / 1) % 32;
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v19[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v19[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v19[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v19[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v19[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v19[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v19[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v19[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l85 = (e / 2048) % 1;
-                                const int l86 = (e / 2048) % 1;
-                                const int l87 = (e / 32) % 64;
-                                const int l88 = (e / 1) % 32;
-                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l85 = (e / 2048) % 1;
+                            const int l86 = (e / 2048) % 1;
+                            const int l87 = (e / 32) % 64;
+                            const int l88 = (e / 1) % 32;
+                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v20[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                v20[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                v20[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                v20[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                v20[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                v20[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                v20[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                v20[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                            } else {
+                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
                         __syncthreads();
                         float v21[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -2629,18 +2853,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -2648,8 +2864,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v22[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v22[r] = acc4[r];
                         }
                     }
@@ -2676,8 +2892,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2699,20 +2915,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
                     __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l108 = (e / 64) % 64;
-                            const int l109 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
+                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v29[1];
@@ -2730,8 +2940,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -2741,23 +2951,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v31[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v31[r] = expf(v30[r]);
                         }
                     }
                     float v32[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 4 threads per result */
@@ -2782,10 +2992,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -2824,8 +3030,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -2860,8 +3066,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v37[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -2871,8 +3077,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -2880,41 +3086,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l158 = (e / 2048) % 1;
-                                    const int l159 = (e / 2048) % 1;
-                                    const int l160 = (e / 32) % 64;
-                                    const int l161 = (e / 1) % 32;
-                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l158 = (e / 2048) % 1;
+                                const int l159 = (e / 2048) % 1;
+                                const int l160 = (e / 32) % 64;
+                                const int l161 = (e / 1) % 32;
+                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v38[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                    v38[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                    v38[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                    v38[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                    v38[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                    v38[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                    v38[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                    v38[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l162 = (e / 2048) % 1;
-                                    const int l163 = (e / 2048) % 1;
-                                    const int l164 = (e / 32) % 64;
-                                    const int l165 = (e / 1) % 32;
-                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l162 = (e / 2048) % 1;
+                                const int l163 = (e / 2048) % 1;
+                                const int l164 = (e / 32) % 64;
+                                const int l165 = (e / 1) % 32;
+                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v39[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                                    v39[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                                    v39[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                                    v39[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                                    v39[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                                    v39[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                                    v39[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                                    v39[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
                             __syncthreads();
                             float v40[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -2924,18 +3166,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -2943,8 +3177,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v41[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -2971,8 +3205,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -2994,20 +3228,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
                         __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
-                                const int l185 = (e / 64) % 64;
-                                const int l186 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
+                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
                         float v48[1];
@@ -3025,8 +3253,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -3036,16 +3264,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v50[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v50[r] = expf(v49[r]);
                             }
                         }
                         float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -3053,8 +3281,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v52[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -3064,17 +3292,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -3084,18 +3312,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -3103,8 +3323,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v54[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v54[r] = acc6[r];
                         }
                     }
@@ -3123,27 +3343,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l226 = (e / 8192) % 1;
-                            const int l227 = (e / 8192) % 1;
-                            const int l228 = (e / 128) % 64;
-                            const int l229 = (e / 1) % 128;
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_f16(v56[r]);
+                    for (int c = 0; c < 4; c++) {
+                        const int e = (c * 256 + tid) * 8;
+                        const int l226 = (e / 8192) % 1;
+                        const int l227 = (e / 8192) % 1;
+                        const int l228 = (e / 128) % 64;
+                        const int l229 = (e / 1) % 128;
+                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
+                        } else {
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3228,8 +3454,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v2[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -3239,8 +3465,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -3248,41 +3474,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v3[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v3[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[(o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v3[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v3[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v3[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v3[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v3[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v3[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v3[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v3[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l21 = (e / 2048) % 1;
-                                const int l22 = (e / 2048) % 1;
-                                const int l23 = (e / 32) % 64;
-                                const int l24 = (e / 1) % 32;
-                                v4[r] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[(o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l21 = (e / 2048) % 1;
+                            const int l22 = (e / 2048) % 1;
+                            const int l23 = (e / 32) % 64;
+                            const int l24 = (e / 1) % 32;
+                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
                         __syncthreads();
                         float v5[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -3292,18 +3554,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -3311,8 +3565,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v6[r] = acc1[r];
                         }
                     }
@@ -3339,8 +3593,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -3362,34 +3616,28 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
                     __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l44 = (e / 64) % 64;
-                            const int l45 = (e / 1) % 64;
-                            v12[r] = (dt_smem + 0)[l44 * 64 + l45] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
+                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 4 threads per result */
@@ -3414,10 +3662,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -3490,8 +3734,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -3501,8 +3745,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -3510,41 +3754,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l81 = (e / 2048) % 1;
-                                const int l82 = (e / 2048) % 1;
-                                const int l83 = (e / 32) % 64;
-                                const int l84 = (e / 1) % 32;
-                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l81 = (e / 2048) % 1;
+                            const int l82 = (e / 2048) % 1;
+                            const int l83 = (e / 32) % 64;
+                            const int l84 = (e / 1) % 32;
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v19[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v19[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v19[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v19[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v19[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v19[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v19[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v19[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l85 = (e / 2048) % 1;
-                                const int l86 = (e / 2048) % 1;
-                                const int l87 = (e / 32) % 64;
-                                const int l88 = (e / 1) % 32;
-                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l85 = (e / 2048) % 1;
+                            const int l86 = (e / 2048) % 1;
+                            const int l87 = (e / 32) % 64;
+                            const int l88 = (e / 1) % 32;
+                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v20[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                v20[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                v20[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                v20[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                v20[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                v20[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                v20[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                v20[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                            } else {
+                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
                         __syncthreads();
                         float v21[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -3554,18 +3834,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -3573,8 +3845,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v22[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v22[r] = acc4[r];
                         }
                     }
@@ -3601,8 +3873,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -3624,20 +3896,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
                     __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l108 = (e / 64) % 64;
-                            const int l109 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
+                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v29[1];
@@ -3655,8 +3921,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -3666,23 +3932,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v31[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v31[r] = expf(v30[r]);
                         }
                     }
                     float v32[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 4 threads per result */
@@ -3707,10 +3973,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -3749,8 +4011,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -3785,8 +4047,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v37[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -3796,8 +4058,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -3805,41 +4067,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l158 = (e / 2048) % 1;
-                                    const int l159 = (e / 2048) % 1;
-                                    const int l160 = (e / 32) % 64;
-                                    const int l161 = (e / 1) % 32;
-                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l158 = (e / 2048) % 1;
+                                const int l159 = (e / 2048) % 1;
+                                const int l160 = (e / 32) % 64;
+                                const int l161 = (e / 1) % 32;
+                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v38[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                    v38[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                    v38[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                    v38[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                    v38[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                    v38[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                    v38[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                    v38[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l162 = (e / 2048) % 1;
-                                    const int l163 = (e / 2048) % 1;
-                                    const int l164 = (e / 32) % 64;
-                                    const int l165 = (e / 1) % 32;
-                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l162 = (e / 2048) % 1;
+                                const int l163 = (e / 2048) % 1;
+                                const int l164 = (e / 32) % 64;
+                                const int l165 = (e / 1) % 32;
+                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v39[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                                    v39[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                                    v39[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                                    v39[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                                    v39[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                                    v39[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                                    v39[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                                    v39[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                                } else {
+                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
                             __syncthreads();
                             float v40[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -3849,18 +4147,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -3868,8 +4158,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v41[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -3896,8 +4186,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -3919,20 +4209,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
                         __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
-                                const int l185 = (e / 64) % 64;
-                                const int l186 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
+                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
                         float v48[1];
@@ -3950,8 +4234,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -3961,16 +4245,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v50[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 v50[r] = expf(v49[r]);
                             }
                         }
                         float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -3978,8 +4262,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v52[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -3989,17 +4273,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -4009,18 +4293,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                            {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -4028,8 +4304,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v54[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             v54[r] = acc6[r];
                         }
                     }
@@ -4048,27 +4324,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                        {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l226 = (e / 8192) % 1;
-                            const int l227 = (e / 8192) % 1;
-                            const int l228 = (e / 128) % 64;
-                            const int l229 = (e / 1) % 128;
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_bf16(v56[r]);
+                    for (int c = 0; c < 4; c++) {
+                        const int e = (c * 256 + tid) * 8;
+                        const int l226 = (e / 8192) % 1;
+                        const int l227 = (e / 8192) % 1;
+                        const int l228 = (e / 128) % 64;
+                        const int l229 = (e / 1) % 128;
+                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
+                        } else {
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4153,8 +4435,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v2[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -4164,8 +4446,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -4173,41 +4455,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v3[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l17 = (e / 2048) % 1;
-                                const int l18 = (e / 2048) % 1;
-                                const int l19 = (e / 32) % 64;
-                                const int l20 = (e / 1) % 32;
-                                v3[r] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[(o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l17 = (e / 2048) % 1;
+                            const int l18 = (e / 2048) % 1;
+                            const int l19 = (e / 32) % 64;
+                            const int l20 = (e / 1) % 32;
+                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v3[c * 4 + 0] = __uint_as_float(q.x);
+                                v3[c * 4 + 1] = __uint_as_float(q.y);
+                                v3[c * 4 + 2] = __uint_as_float(q.z);
+                                v3[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v3[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l21 = (e / 2048) % 1;
-                                const int l22 = (e / 2048) % 1;
-                                const int l23 = (e / 32) % 64;
-                                const int l24 = (e / 1) % 32;
-                                v4[r] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[(o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l21 = (e / 2048) % 1;
+                            const int l22 = (e / 2048) % 1;
+                            const int l23 = (e / 32) % 64;
+                            const int l24 = (e / 1) % 32;
+                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v4[c * 4 + 0] = __uint_as_float(q.x);
+                                v4[c * 4 + 1] = __uint_as_float(q.y);
+                                v4[c * 4 + 2] = __uint_as_float(q.z);
+                                v4[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v4[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
                         __syncthreads();
                         float v5[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -4217,18 +4519,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -4236,8 +4530,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v6[r] = acc1[r];
                         }
                     }
@@ -4264,8 +4558,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4287,34 +4581,28 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
                     __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l44 = (e / 64) % 64;
-                            const int l45 = (e / 1) % 64;
-                            v12[r] = (dt_smem + 0)[l44 * 64 + l45] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
+                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 4 threads per result */
@@ -4339,10 +4627,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -4415,8 +4699,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -4426,8 +4710,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -4435,41 +4719,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (long long o80 = 0; o80 < s5; o80 += 32) {
                         float v19[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l81 = (e / 2048) % 1;
-                                const int l82 = (e / 2048) % 1;
-                                const int l83 = (e / 32) % 64;
-                                const int l84 = (e / 1) % 32;
-                                v19[r] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[(o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l81 = (e / 2048) % 1;
+                            const int l82 = (e / 2048) % 1;
+                            const int l83 = (e / 32) % 64;
+                            const int l84 = (e / 1) % 32;
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in0 + a);
+                                v19[c * 4 + 0] = __uint_as_float(q.x);
+                                v19[c * 4 + 1] = __uint_as_float(q.y);
+                                v19[c * 4 + 2] = __uint_as_float(q.z);
+                                v19[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 2048) {
-                                const int l85 = (e / 2048) % 1;
-                                const int l86 = (e / 2048) % 1;
-                                const int l87 = (e / 32) % 64;
-                                const int l88 = (e / 1) % 32;
-                                v20[r] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[(o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3]]) : 0.0f;
+                        for (int c = 0; c < 2; c++) {
+                            const int e = (c * 256 + tid) * 4;
+                            const int l85 = (e / 2048) % 1;
+                            const int l86 = (e / 2048) % 1;
+                            const int l87 = (e / 32) % 64;
+                            const int l88 = (e / 1) % 32;
+                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const uint4 q = *(const uint4*)(in1 + a);
+                                v20[c * 4 + 0] = __uint_as_float(q.x);
+                                v20[c * 4 + 1] = __uint_as_float(q.y);
+                                v20[c * 4 + 2] = __uint_as_float(q.z);
+                                v20[c * 4 + 3] = __uint_as_float(q.w);
+                            } else {
+                                v20[c * 4 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v19[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
+                        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v20[r]; }
                         __syncthreads();
                         float v21[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -4479,18 +4783,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -4498,8 +4794,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v22[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v22[r] = acc4[r];
                         }
                     }
@@ -4526,8 +4822,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4549,20 +4845,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
                     __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
-                            const int l108 = (e / 64) % 64;
-                            const int l109 = (e / 1) % 64;
-                            v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
+                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
                     float v29[1];
@@ -4580,8 +4870,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -4591,23 +4881,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v31[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v31[r] = expf(v30[r]);
                         }
                     }
                     float v32[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 4096) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 4 threads per result */
@@ -4632,10 +4922,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -4674,8 +4960,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float acc6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -4710,8 +4996,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v37[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -4721,8 +5007,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -4730,41 +5016,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (long long o157 = 0; o157 < s5; o157 += 32) {
                             float v38[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l158 = (e / 2048) % 1;
-                                    const int l159 = (e / 2048) % 1;
-                                    const int l160 = (e / 32) % 64;
-                                    const int l161 = (e / 1) % 32;
-                                    v38[r] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[(o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3]]) : 0.0f;
+                            for (int c = 0; c < 2; c++) {
+                                const int e = (c * 256 + tid) * 4;
+                                const int l158 = (e / 2048) % 1;
+                                const int l159 = (e / 2048) % 1;
+                                const int l160 = (e / 32) % 64;
+                                const int l161 = (e / 1) % 32;
+                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in0 + a);
+                                    v38[c * 4 + 0] = __uint_as_float(q.x);
+                                    v38[c * 4 + 1] = __uint_as_float(q.y);
+                                    v38[c * 4 + 2] = __uint_as_float(q.z);
+                                    v38[c * 4 + 3] = __uint_as_float(q.w);
+                                } else {
+                                    v38[c * 4 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 2048) {
-                                    const int l162 = (e / 2048) % 1;
-                                    const int l163 = (e / 2048) % 1;
-                                    const int l164 = (e / 32) % 64;
-                                    const int l165 = (e / 1) % 32;
-                                    v39[r] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[(o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3]]) : 0.0f;
+                            for (int c = 0; c < 2; c++) {
+                                const int e = (c * 256 + tid) * 4;
+                                const int l162 = (e / 2048) % 1;
+                                const int l163 = (e / 2048) % 1;
+                                const int l164 = (e / 32) % 64;
+                                const int l165 = (e / 1) % 32;
+                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                    const uint4 q = *(const uint4*)(in1 + a);
+                                    v39[c * 4 + 0] = __uint_as_float(q.x);
+                                    v39[c * 4 + 1] = __uint_as_float(q.y);
+                                    v39[c * 4 + 2] = __uint_as_float(q.z);
+                                    v39[c * 4 + 3] = __uint_as_float(q.w);
+                                } else {
+                                    v39[c * 4 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v38[r]; }
                             __syncthreads();
                             __syncthreads();
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
+                            for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v39[r]; }
                             __syncthreads();
                             float v40[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                                {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -4774,18 +5080,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
-                                const int e = tid + r * 256;
-                                if (e < 4096) {
+                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                                {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -4793,8 +5091,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v41[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -4821,8 +5119,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -4844,20 +5142,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
                         __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
-                                const int l185 = (e / 64) % 64;
-                                const int l186 = (e / 1) % 64;
-                                v47[r] = (dt_smem + 0)[l185 * 64 + l186] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
+                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
                         float v48[1];
@@ -4875,8 +5167,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -4886,16 +5178,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v50[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 v50[r] = expf(v49[r]);
                             }
                         }
                         float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 4096) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -4903,8 +5195,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         float v52[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -4914,17 +5206,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v51[r]; }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -4934,18 +5226,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 8192) {
+                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                            {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -4953,8 +5237,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v54[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             v54[r] = acc6[r];
                         }
                     }
@@ -4973,27 +5257,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
+                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                        {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 8192) {
-                            const int l226 = (e / 8192) % 1;
-                            const int l227 = (e / 8192) % 1;
-                            const int l228 = (e / 128) % 64;
-                            const int l229 = (e / 1) % 128;
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[(o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3]] = dt_store_f32(v56[r]);
+                    for (int c = 0; c < 8; c++) {
+                        const int e = (c * 256 + tid) * 4;
+                        const int l226 = (e / 8192) % 1;
+                        const int l227 = (e / 8192) % 1;
+                        const int l228 = (e / 128) % 64;
+                        const int l229 = (e / 1) % 128;
+                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                        } else {
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

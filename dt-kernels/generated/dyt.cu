@@ -82,7 +82,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel dyt for f16: grid block(x:4, y:1024); 128 threads, 4096 bytes of shared memory */
+/* kernel dyt for f16: grid block(x:1, y:2048); 128 threads, 4 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -96,16 +96,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 1024)); rest /= (dt_cdiv(s1, 1024));
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
-    /* block(x:4) dyt.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
-        /* block(y:1024) dyt.tensorize(y:1024) */
-        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:2048) dyt.tensorize(y:2048) */
+        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
@@ -114,98 +114,148 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v0[r] = args.scalars[0];
                 }
             }
-            float v1[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l3 = (e / 1024) % 4;
-                    const int l4 = (e / 1) % 1024;
-                    v1[r] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1]]) : 0.0f;
+            float v1[16];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l3 = (e / 2048) % 1;
+                const int l4 = (e / 1) % 2048;
+                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v1[c * 8 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l3 < s0 && o2 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l3 < s0 && o2 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l3 < s0 && o2 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l3 < s0 && o2 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
             __syncthreads();
-            float v2[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v2[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v2[r] = ((dt_smem + 0)[0] * v1[r]);
                 }
             }
-            float v3[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v3[r] = tanhf(v2[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l9 = (e / 1) % 1024;
-                    v4[r] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l9 = (e / 1) % 2048;
+                const long long a = (o2 + l9) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o2 + (l9 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o2 + l9 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l9 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l9 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l9 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l9 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v5[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v4[r]; }
-            __syncthreads();
-            float v5[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l11 = (e / 1) % 1024;
-                    v5[r] = (v3[r] * (dt_smem + 0)[l11]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
+                    v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l12 = (e / 1) % 1024;
-                    v6[r] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l12 = (e / 1) % 2048;
+                const long long a = (o2 + l12) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o2 + (l12 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o2 + l12 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l12 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l12 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l12 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l12 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            float v7[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l14 = (e / 1) % 1024;
-                    v7[r] = (v5[r] + (dt_smem + 0)[l14]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
+                    v7[r] = (v5[r] + v6[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l15 = (e / 1024) % 4;
-                    const int l16 = (e / 1) % 1024;
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1]] = dt_store_f16(v7[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (e / 2048) % 1;
+                const int l16 = (e / 1) % 2048;
+                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for bf16: grid block(x:4, y:1024); 128 threads, 4096 bytes of shared memory */
+/* kernel dyt for bf16: grid block(x:1, y:2048); 128 threads, 4 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -219,16 +269,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 1024)); rest /= (dt_cdiv(s1, 1024));
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
-    /* block(x:4) dyt.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
-        /* block(y:1024) dyt.tensorize(y:1024) */
-        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:2048) dyt.tensorize(y:2048) */
+        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
@@ -237,98 +287,148 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v0[r] = args.scalars[0];
                 }
             }
-            float v1[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l3 = (e / 1024) % 4;
-                    const int l4 = (e / 1) % 1024;
-                    v1[r] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1]]) : 0.0f;
+            float v1[16];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l3 = (e / 2048) % 1;
+                const int l4 = (e / 1) % 2048;
+                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v1[c * 8 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l3 < s0 && o2 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l3 < s0 && o2 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l3 < s0 && o2 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l3 < s0 && o2 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
             __syncthreads();
-            float v2[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v2[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v2[r] = ((dt_smem + 0)[0] * v1[r]);
                 }
             }
-            float v3[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v3[r] = tanhf(v2[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l9 = (e / 1) % 1024;
-                    v4[r] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l9 = (e / 1) % 2048;
+                const long long a = (o2 + l9) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o2 + (l9 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o2 + l9 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l9 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l9 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l9 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l9 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v5[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v4[r]; }
-            __syncthreads();
-            float v5[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l11 = (e / 1) % 1024;
-                    v5[r] = (v3[r] * (dt_smem + 0)[l11]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
+                    v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l12 = (e / 1) % 1024;
-                    v6[r] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l12 = (e / 1) % 2048;
+                const long long a = (o2 + l12) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o2 + (l12 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o2 + l12 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l12 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l12 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l12 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l12 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            float v7[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l14 = (e / 1) % 1024;
-                    v7[r] = (v5[r] + (dt_smem + 0)[l14]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
+                    v7[r] = (v5[r] + v6[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l15 = (e / 1024) % 4;
-                    const int l16 = (e / 1) % 1024;
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1]] = dt_store_bf16(v7[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (e / 2048) % 1;
+                const int l16 = (e / 1) % 2048;
+                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for f32: grid block(x:4, y:1024); 128 threads, 4096 bytes of shared memory */
+/* kernel dyt for f32: grid block(x:1, y:2048); 128 threads, 4 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -342,16 +442,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 1024)); rest /= (dt_cdiv(s1, 1024));
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
-    /* block(x:4) dyt.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
-        /* block(y:1024) dyt.tensorize(y:1024) */
-        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    /* block(x:1) dyt.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:2048) dyt.tensorize(y:2048) */
+        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
@@ -360,91 +460,113 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
                     v0[r] = args.scalars[0];
                 }
             }
-            float v1[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l3 = (e / 1024) % 4;
-                    const int l4 = (e / 1) % 1024;
-                    v1[r] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1]]) : 0.0f;
+            float v1[16];
+            #pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l3 = (e / 2048) % 1;
+                const int l4 = (e / 1) % 2048;
+                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                    v1[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v1[c * 4 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
             __syncthreads();
-            float v2[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v2[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
                     v2[r] = ((dt_smem + 0)[0] * v1[r]);
                 }
             }
-            float v3[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
                     v3[r] = tanhf(v2[r]);
                 }
             }
-            float v4[8];
+            float v4[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l9 = (e / 1) % 1024;
-                    v4[r] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l9 = (e / 1) % 2048;
+                const long long a = (o2 + l9) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o2 + (l9 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                    v4[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v4[c * 4 + 0] = (o2 + l9 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v5[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v4[r]; }
-            __syncthreads();
-            float v5[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l11 = (e / 1) % 1024;
-                    v5[r] = (v3[r] * (dt_smem + 0)[l11]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
+                    v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            float v6[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = tid + r * 128;
-                if (e < 1024) {
-                    const int l12 = (e / 1) % 1024;
-                    v6[r] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l12 = (e / 1) % 2048;
+                const long long a = (o2 + l12) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o2 + (l12 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 4 + 0] = __uint_as_float(q.x);
+                    v6[c * 4 + 1] = __uint_as_float(q.y);
+                    v6[c * 4 + 2] = __uint_as_float(q.z);
+                    v6[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v6[c * 4 + 0] = (o2 + l12 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
+            float v7[16];
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            float v7[32];
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l14 = (e / 1) % 1024;
-                    v7[r] = (v5[r] + (dt_smem + 0)[l14]);
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
+                    v7[r] = (v5[r] + v6[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 8; r++) { const int e = tid + r * 128; if (e < 1024) (dt_smem + 0)[e] = v6[r]; }
-            __syncthreads();
-            #pragma unroll 1
-            for (int r = 0; r < 32; r++) {
-                const int e = tid + r * 128;
-                if (e < 4096) {
-                    const int l15 = (e / 1024) % 4;
-                    const int l16 = (e / 1) % 1024;
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1]] = dt_store_f32(v7[r]);
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l15 = (e / 2048) % 1;
+                const int l16 = (e / 1) % 2048;
+                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                } else {
+                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }

@@ -82,7 +82,3814 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm for f16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel layernorm_1k for f16: grid block(x:2); 128 threads, 4128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 4; g++) a8 = a8 + (dt_smem + 1024)[g * 2 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* mean_1k.fuse_at(layernorm_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 1024) % 2;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 1024) % 2;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 1024;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 4; g++) a26 = a26 + (dt_smem + 1024)[g * 2 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc2[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* variance_1k.fuse_at(layernorm_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 1024) % 2;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
+        __syncthreads();
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 1024) % 2;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[8];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (e / 1) % 1024;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v26[r]; }
+        __syncthreads();
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l42 = (e / 1) % 1024;
+                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+            }
+        }
+        float v28[8];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l43 = (e / 1) % 1024;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v28[r]; }
+        __syncthreads();
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l45 = (e / 1) % 1024;
+                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (e / 1024) % 2;
+            const int l47 = (e / 1) % 1024;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_1k for bf16: grid block(x:2); 128 threads, 4128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 4; g++) a8 = a8 + (dt_smem + 1024)[g * 2 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* mean_1k.fuse_at(layernorm_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 1024) % 2;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 1024) % 2;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 1024;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 4; g++) a26 = a26 + (dt_smem + 1024)[g * 2 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc2[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* variance_1k.fuse_at(layernorm_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 1024) % 2;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
+        __syncthreads();
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 1024) % 2;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[8];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (e / 1) % 1024;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v26[r]; }
+        __syncthreads();
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l42 = (e / 1) % 1024;
+                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+            }
+        }
+        float v28[8];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l43 = (e / 1) % 1024;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v28[r]; }
+        __syncthreads();
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l45 = (e / 1) % 1024;
+                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l46 = (e / 1024) % 2;
+            const int l47 = (e / 1) % 1024;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_1k for f32: grid block(x:2); 128 threads, 4128 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 4; g++) a8 = a8 + (dt_smem + 1024)[g * 2 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* mean_1k.fuse_at(layernorm_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l16 = (e / 1024) % 2;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l19 = (e / 1024) % 2;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l24 = (e / 1) % 1024;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 4; g++) a26 = a26 + (dt_smem + 1024)[g * 2 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc2[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
+        __syncthreads();
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            }
+        }
+        /* variance_1k.fuse_at(layernorm_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 1024) % 2;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
+        __syncthreads();
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l38 = (e / 1024) % 2;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l40 = (e / 1) % 1024;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 4 + 0] = __uint_as_float(q.x);
+                v26[c * 4 + 1] = __uint_as_float(q.y);
+                v26[c * 4 + 2] = __uint_as_float(q.z);
+                v26[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v26[r]; }
+        __syncthreads();
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l42 = (e / 1) % 1024;
+                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+            }
+        }
+        float v28[8];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l43 = (e / 1) % 1024;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 4 + 0] = __uint_as_float(q.x);
+                v28[c * 4 + 1] = __uint_as_float(q.y);
+                v28[c * 4 + 2] = __uint_as_float(q.z);
+                v28[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v28[r]; }
+        __syncthreads();
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l45 = (e / 1) % 1024;
+                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l46 = (e / 1024) % 2;
+            const int l47 = (e / 1) % 1024;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_4k for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_4k.fuse_at(layernorm_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 4096) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 4096) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 4096;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_4k.fuse_at(layernorm_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 4096) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 4096) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l40 = (e / 1) % 4096;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l43 = (e / 1) % 4096;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (e / 4096) % 1;
+            const int l47 = (e / 1) % 4096;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_4k for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_4k.fuse_at(layernorm_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 4096) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 4096) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 4096;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_4k.fuse_at(layernorm_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 4096) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 4096) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l40 = (e / 1) % 4096;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l43 = (e / 1) % 4096;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l46 = (e / 4096) % 1;
+            const int l47 = (e / 1) % 4096;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_4k for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_4k.fuse_at(layernorm_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l16 = (e / 4096) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l19 = (e / 4096) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l24 = (e / 1) % 4096;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_4k.fuse_at(layernorm_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 4096) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l38 = (e / 4096) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l40 = (e / 1) % 4096;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 4 + 0] = __uint_as_float(q.x);
+                v26[c * 4 + 1] = __uint_as_float(q.y);
+                v26[c * 4 + 2] = __uint_as_float(q.z);
+                v26[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l43 = (e / 1) % 4096;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 4 + 0] = __uint_as_float(q.x);
+                v28[c * 4 + 1] = __uint_as_float(q.y);
+                v28[c * 4 + 2] = __uint_as_float(q.z);
+                v28[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l46 = (e / 4096) % 1;
+            const int l47 = (e / 1) % 4096;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_16k for f16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_16k.fuse_at(layernorm_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 16384) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 16384) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 16384;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_16k.fuse_at(layernorm_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 16384) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 16384) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l40 = (e / 1) % 16384;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l43 = (e / 1) % 16384;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l46 = (e / 16384) % 1;
+            const int l47 = (e / 1) % 16384;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_16k for bf16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_16k.fuse_at(layernorm_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l16 = (e / 16384) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l19 = (e / 16384) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l24 = (e / 1) % 16384;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_16k.fuse_at(layernorm_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 16384) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l38 = (e / 16384) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l40 = (e / 1) % 16384;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l43 = (e / 1) % 16384;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l46 = (e / 16384) % 1;
+            const int l47 = (e / 1) % 16384;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm_16k for f32: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* layernorm_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rsum identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = 0e0f;
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = 0e0f;
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = acc0[r] + v2[r];
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        float v4[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v4[r] = (float)s1;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
+            }
+        }
+        /* mean_16k.fuse_at(layernorm_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v5[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v7[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v7[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        __syncthreads();
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l16 = (e / 16384) % 1;
+                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
+        __syncthreads();
+        float v11[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l19 = (e / 16384) % 1;
+                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+            }
+        }
+        float v12[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                v12[r] = (v8[r] * v11[r]);
+            }
+        }
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l24 = (e / 1) % 16384;
+                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a26 = 0e0f;
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                v14[r] = a26;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v14[r];
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc2[r];
+            }
+        }
+        float v17[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
+            }
+        }
+        /* variance_16k.fuse_at(layernorm_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v17[r];
+            }
+        }
+        float v19[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v19[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+        __syncthreads();
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 16384) % 1;
+                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
+            }
+        }
+        float v21[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v21[r] = acc3[r];
+            }
+        }
+        float v22[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v22[r] = args.scalars[0];
+            }
+        }
+        float v23[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v23[r] = (v21[r] + v22[r]);
+            }
+        }
+        float v24[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v24[r] = dt_rsqrt(v23[r]);
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+        __syncthreads();
+        float v25[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l38 = (e / 16384) % 1;
+                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+            }
+        }
+        float v26[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l40 = (e / 1) % 16384;
+            const long long a = (0 + l40) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in1 + a);
+                v26[c * 4 + 0] = __uint_as_float(q.x);
+                v26[c * 4 + 1] = __uint_as_float(q.y);
+                v26[c * 4 + 2] = __uint_as_float(q.z);
+                v26[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+            }
+        }
+        float v27[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                v27[r] = (v25[r] * v26[r]);
+            }
+        }
+        float v28[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l43 = (e / 1) % 16384;
+            const long long a = (0 + l43) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in2 + a);
+                v28[c * 4 + 0] = __uint_as_float(q.x);
+                v28[c * 4 + 1] = __uint_as_float(q.y);
+                v28[c * 4 + 2] = __uint_as_float(q.z);
+                v28[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+            }
+        }
+        float v29[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                v29[r] = (v27[r] + v28[r]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l46 = (e / 16384) % 1;
+            const int l47 = (e / 1) % 16384;
+            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+            } else {
+                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel layernorm for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -96,74 +3903,87 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l8 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = 0e0f;
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
             }
@@ -172,7 +3992,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -184,16 +4004,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
             }
         }
         /* mean.fuse_at(layernorm, x) */
@@ -201,18 +4017,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v5[r];
             }
         }
@@ -221,124 +4033,127 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o16 = 0; o16 < s1; o16 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o16 = 0; o16 < s1; o16 += 4096) {
             float v6[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l17 = (e / 1024) % 4;
-                    const int l18 = (e / 1) % 1024;
-                    v6[r] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l17 = (e / 4096) % 1;
+                const int l18 = (e / 1) % 4096;
+                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 4] = (o1 + l17 < s0 && o16 + (l18 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 5] = (o1 + l17 < s0 && o16 + (l18 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 6] = (o1 + l17 < s0 && o16 + (l18 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 7] = (o1 + l17 < s0 && o16 + (l18 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v7[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v7[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
             __syncthreads();
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l20 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v9[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l22 = (e / 1024) % 4;
-                    const int l23 = (e / 1) % 1024;
-                    v9[r] = (o1 + l22 < s0 && o16 + l23 < s1) ? dt_load_f16(in0[(o1 + l22) * args.input_strides[0][0] + (o16 + l23) * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v10[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v10[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v10[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v11[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l25 = (e / 1024) % 4;
-                    v11[r] = (v9[r] - (dt_smem + 0)[l25]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l23 = (e / 4096) % 1;
+                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
             }
             float v12[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l30 = (e / 1) % 1024;
-                    v13[r] = (o16 + l30 < s1) ? v12[r] : 0e0f;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l28 = (e / 1) % 4096;
+                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             float v14[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l31 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l31 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v14[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a30 = 0e0f;
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    v14[r] = a30;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
             }
@@ -347,28 +4162,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        float v16[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v16[r] = (float)s1;
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
             }
         }
         /* variance.fuse_at(layernorm, x) */
@@ -376,59 +4179,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v17[r];
             }
         }
-        /* layernorm.tensorize(y:1024) */
-        for (long long o38 = 0; o38 < s1; o38 += 1024) {
+        /* layernorm.tensorize(y:4096) */
+        for (long long o36 = 0; o36 < s1; o36 += 4096) {
             float v18[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l39 = (e / 1024) % 4;
-                    const int l40 = (e / 1) % 1024;
-                    v18[r] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f16(in0[(o1 + l39) * args.input_strides[0][0] + (o38 + l40) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l37 = (e / 4096) % 1;
+                const int l38 = (e / 1) % 4096;
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v18[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v18[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v18[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v18[c * 8 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 4] = (o1 + l37 < s0 && o36 + (l38 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 5] = (o1 + l37 < s0 && o36 + (l38 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 6] = (o1 + l37 < s0 && o36 + (l38 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 7] = (o1 + l37 < s0 && o36 + (l38 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v19[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v19[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
             __syncthreads();
             float v20[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l42]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l40 = (e / 4096) % 1;
+                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
             }
             float v21[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v21[r] = acc3[r];
                 }
             }
@@ -440,101 +4257,129 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                     v22[r] = args.scalars[0];
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-            __syncthreads();
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v23[r] = (v21[r] + (dt_smem + 0)[0]);
+                if (e < 1) {
+                    v23[r] = (v21[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l47 = (e / 1024) % 4;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l45 = (e / 4096) % 1;
+                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
             }
-            float v26[4];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l49 = (e / 1) % 1024;
-                    v26[r] = (o38 + l49 < s1) ? dt_load_f16(in1[(o38 + l49) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l47 = (e / 1) % 4096;
+                const long long a = (o36 + l47) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o36 + (l47 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v26[c * 8 + 0] = (o36 + l47 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 4] = (o36 + (l47 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 5] = (o36 + (l47 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 6] = (o36 + (l47 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 7] = (o36 + (l47 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v26[r]; }
-            __syncthreads();
             float v27[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l51 = (e / 1) % 1024;
-                    v27[r] = (v25[r] * (dt_smem + 0)[l51]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[4];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l52 = (e / 1) % 1024;
-                    v28[r] = (o38 + l52 < s1) ? dt_load_f16(in2[(o38 + l52) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l50 = (e / 1) % 4096;
+                const long long a = (o36 + l50) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o36 + (l50 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v28[c * 8 + 0] = (o36 + l50 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 4] = (o36 + (l50 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 5] = (o36 + (l50 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 6] = (o36 + (l50 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 7] = (o36 + (l50 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
             float v29[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l54 = (e / 1) % 1024;
-                    v29[r] = (v27[r] + (dt_smem + 0)[l54]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    v29[r] = (v27[r] + v28[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l55 = (e / 1024) % 4;
-                    const int l56 = (e / 1) % 1024;
-                    if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args.output_strides[0] + (o38 + l56) * args.output_strides[1]] = dt_store_f16(v29[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l53 = (e / 4096) % 1;
+                const int l54 = (e / 1) % 4096;
+                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel layernorm for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -548,74 +4393,87 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l8 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = 0e0f;
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
             }
@@ -624,7 +4482,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -636,16 +4494,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
             }
         }
         /* mean.fuse_at(layernorm, x) */
@@ -653,18 +4507,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v5[r];
             }
         }
@@ -673,124 +4523,127 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o16 = 0; o16 < s1; o16 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o16 = 0; o16 < s1; o16 += 4096) {
             float v6[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l17 = (e / 1024) % 4;
-                    const int l18 = (e / 1) % 1024;
-                    v6[r] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l17 = (e / 4096) % 1;
+                const int l18 = (e / 1) % 4096;
+                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 4] = (o1 + l17 < s0 && o16 + (l18 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 5] = (o1 + l17 < s0 && o16 + (l18 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 6] = (o1 + l17 < s0 && o16 + (l18 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 7] = (o1 + l17 < s0 && o16 + (l18 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v7[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v7[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
             __syncthreads();
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l20 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v9[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l22 = (e / 1024) % 4;
-                    const int l23 = (e / 1) % 1024;
-                    v9[r] = (o1 + l22 < s0 && o16 + l23 < s1) ? dt_load_bf16(in0[(o1 + l22) * args.input_strides[0][0] + (o16 + l23) * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v10[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v10[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v10[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v11[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l25 = (e / 1024) % 4;
-                    v11[r] = (v9[r] - (dt_smem + 0)[l25]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l23 = (e / 4096) % 1;
+                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
             }
             float v12[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l30 = (e / 1) % 1024;
-                    v13[r] = (o16 + l30 < s1) ? v12[r] : 0e0f;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l28 = (e / 1) % 4096;
+                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             float v14[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l31 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l31 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v14[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a30 = 0e0f;
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    v14[r] = a30;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
             }
@@ -799,28 +4652,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        float v16[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v16[r] = (float)s1;
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
             }
         }
         /* variance.fuse_at(layernorm, x) */
@@ -828,59 +4669,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v17[r];
             }
         }
-        /* layernorm.tensorize(y:1024) */
-        for (long long o38 = 0; o38 < s1; o38 += 1024) {
+        /* layernorm.tensorize(y:4096) */
+        for (long long o36 = 0; o36 < s1; o36 += 4096) {
             float v18[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l39 = (e / 1024) % 4;
-                    const int l40 = (e / 1) % 1024;
-                    v18[r] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_bf16(in0[(o1 + l39) * args.input_strides[0][0] + (o38 + l40) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l37 = (e / 4096) % 1;
+                const int l38 = (e / 1) % 4096;
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v18[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v18[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v18[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v18[c * 8 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 4] = (o1 + l37 < s0 && o36 + (l38 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 5] = (o1 + l37 < s0 && o36 + (l38 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 6] = (o1 + l37 < s0 && o36 + (l38 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 7] = (o1 + l37 < s0 && o36 + (l38 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v19[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v19[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
             __syncthreads();
             float v20[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l42]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l40 = (e / 4096) % 1;
+                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
             }
             float v21[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v21[r] = acc3[r];
                 }
             }
@@ -892,101 +4747,129 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                     v22[r] = args.scalars[0];
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-            __syncthreads();
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v23[r] = (v21[r] + (dt_smem + 0)[0]);
+                if (e < 1) {
+                    v23[r] = (v21[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l47 = (e / 1024) % 4;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l45 = (e / 4096) % 1;
+                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
             }
-            float v26[4];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l49 = (e / 1) % 1024;
-                    v26[r] = (o38 + l49 < s1) ? dt_load_bf16(in1[(o38 + l49) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l47 = (e / 1) % 4096;
+                const long long a = (o36 + l47) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o36 + (l47 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v26[c * 8 + 0] = (o36 + l47 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 4] = (o36 + (l47 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 5] = (o36 + (l47 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 6] = (o36 + (l47 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 7] = (o36 + (l47 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v26[r]; }
-            __syncthreads();
             float v27[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l51 = (e / 1) % 1024;
-                    v27[r] = (v25[r] * (dt_smem + 0)[l51]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[4];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l52 = (e / 1) % 1024;
-                    v28[r] = (o38 + l52 < s1) ? dt_load_bf16(in2[(o38 + l52) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l50 = (e / 1) % 4096;
+                const long long a = (o36 + l50) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o36 + (l50 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v28[c * 8 + 0] = (o36 + l50 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 4] = (o36 + (l50 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 5] = (o36 + (l50 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 6] = (o36 + (l50 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 7] = (o36 + (l50 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
             float v29[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l54 = (e / 1) % 1024;
-                    v29[r] = (v27[r] + (dt_smem + 0)[l54]);
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    v29[r] = (v27[r] + v28[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l55 = (e / 1024) % 4;
-                    const int l56 = (e / 1) % 1024;
-                    if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args.output_strides[0] + (o38 + l56) * args.output_strides[1]] = dt_store_bf16(v29[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l53 = (e / 4096) % 1;
+                const int l54 = (e / 1) % 4096;
+                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for f32: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel layernorm for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1000,74 +4883,79 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) layernorm.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l8 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v1[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = 0e0f;
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
             }
@@ -1076,7 +4964,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -1088,16 +4976,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
             }
         }
         /* mean.fuse_at(layernorm, x) */
@@ -1105,18 +4989,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v5[r];
             }
         }
@@ -1125,124 +5005,119 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:1024) */
-        for (long long o16 = 0; o16 < s1; o16 += 1024) {
+        /* rsum layernorm.tensorize(y:4096) */
+        for (long long o16 = 0; o16 < s1; o16 += 4096) {
             float v6[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l17 = (e / 1024) % 4;
-                    const int l18 = (e / 1) % 1024;
-                    v6[r] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l17 = (e / 4096) % 1;
+                const int l18 = (e / 1) % 4096;
+                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v6[c * 4 + 0] = __uint_as_float(q.x);
+                    v6[c * 4 + 1] = __uint_as_float(q.y);
+                    v6[c * 4 + 2] = __uint_as_float(q.z);
+                    v6[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v6[c * 4 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v7[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v7[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
             __syncthreads();
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l20 = (e / 1024) % 4;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v9[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l22 = (e / 1024) % 4;
-                    const int l23 = (e / 1) % 1024;
-                    v9[r] = (o1 + l22 < s0 && o16 + l23 < s1) ? dt_load_f32(in0[(o1 + l22) * args.input_strides[0][0] + (o16 + l23) * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v10[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v10[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v10[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v11[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l25 = (e / 1024) % 4;
-                    v11[r] = (v9[r] - (dt_smem + 0)[l25]);
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l23 = (e / 4096) % 1;
+                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
             }
             float v12[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l30 = (e / 1) % 1024;
-                    v13[r] = (o16 + l30 < s1) ? v12[r] : 0e0f;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l28 = (e / 1) % 4096;
+                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             float v14[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l31 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l31 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v14[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a30 = 0e0f;
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    v14[r] = a30;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
             }
@@ -1251,28 +5126,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        float v16[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v16[r] = (float)s1;
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
             }
         }
         /* variance.fuse_at(layernorm, x) */
@@ -1280,59 +5143,65 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v16[r]; }
-        __syncthreads();
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v17[r];
             }
         }
-        /* layernorm.tensorize(y:1024) */
-        for (long long o38 = 0; o38 < s1; o38 += 1024) {
+        /* layernorm.tensorize(y:4096) */
+        for (long long o36 = 0; o36 < s1; o36 += 4096) {
             float v18[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l39 = (e / 1024) % 4;
-                    const int l40 = (e / 1) % 1024;
-                    v18[r] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f32(in0[(o1 + l39) * args.input_strides[0][0] + (o38 + l40) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l37 = (e / 4096) % 1;
+                const int l38 = (e / 1) % 4096;
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v18[c * 4 + 0] = __uint_as_float(q.x);
+                    v18[c * 4 + 1] = __uint_as_float(q.y);
+                    v18[c * 4 + 2] = __uint_as_float(q.z);
+                    v18[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v18[c * 4 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v19[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v19[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
             __syncthreads();
             float v20[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l42]);
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l40 = (e / 4096) % 1;
+                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
             }
             float v21[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v21[r] = acc3[r];
                 }
             }
@@ -1344,94 +5213,102 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                     v22[r] = args.scalars[0];
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-            __syncthreads();
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v23[r] = (v21[r] + (dt_smem + 0)[0]);
+                if (e < 1) {
+                    v23[r] = (v21[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l47 = (e / 1024) % 4;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l45 = (e / 4096) % 1;
+                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
             }
-            float v26[4];
+            float v26[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l49 = (e / 1) % 1024;
-                    v26[r] = (o38 + l49 < s1) ? dt_load_f32(in1[(o38 + l49) * args.input_strides[1][0]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l47 = (e / 1) % 4096;
+                const long long a = (o36 + l47) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o36 + (l47 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v26[c * 4 + 0] = __uint_as_float(q.x);
+                    v26[c * 4 + 1] = __uint_as_float(q.y);
+                    v26[c * 4 + 2] = __uint_as_float(q.z);
+                    v26[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v26[c * 4 + 0] = (o36 + l47 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v26[r]; }
-            __syncthreads();
             float v27[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l51 = (e / 1) % 1024;
-                    v27[r] = (v25[r] * (dt_smem + 0)[l51]);
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[4];
+            float v28[16];
             #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = tid + r * 256;
-                if (e < 1024) {
-                    const int l52 = (e / 1) % 1024;
-                    v28[r] = (o38 + l52 < s1) ? dt_load_f32(in2[(o38 + l52) * args.input_strides[2][0]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l50 = (e / 1) % 4096;
+                const long long a = (o36 + l50) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o36 + (l50 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v28[c * 4 + 0] = __uint_as_float(q.x);
+                    v28[c * 4 + 1] = __uint_as_float(q.y);
+                    v28[c * 4 + 2] = __uint_as_float(q.z);
+                    v28[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v28[c * 4 + 0] = (o36 + l50 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
             float v29[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l54 = (e / 1) % 1024;
-                    v29[r] = (v27[r] + (dt_smem + 0)[l54]);
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    v29[r] = (v27[r] + v28[r]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 4; r++) { const int e = tid + r * 256; if (e < 1024) (dt_smem + 0)[e] = v28[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l55 = (e / 1024) % 4;
-                    const int l56 = (e / 1) % 1024;
-                    if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args.output_strides[0] + (o38 + l56) * args.output_strides[1]] = dt_store_f32(v29[r]);
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l53 = (e / 4096) % 1;
+                const int l54 = (e / 1) % 4096;
+                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+                } else {
+                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

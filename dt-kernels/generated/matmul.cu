@@ -111,28 +111,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
             float acc0[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     acc0[r] = 0e0f;
                 }
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[32];
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                #pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int e = (c * 128 + tid) * 8;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                        v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                        v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                        v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                        v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                        v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                        v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                        v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    } else {
+                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[32];
                 #pragma unroll 1
                 for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -140,17 +158,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                 }
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[128];
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -158,18 +176,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -177,18 +187,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
             float v3[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v3[r] = acc0[r];
                 }
             }
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
-                    const int l17 = (e / 128) % 128;
-                    const int l18 = (e / 1) % 128;
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[(o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1]] = dt_store_f16(v3[r]);
+            #pragma unroll
+            for (int c = 0; c < 16; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l17 = (e / 128) % 128;
+                const int l18 = (e / 1) % 128;
+                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v3[c * 8 + 0]) | ((unsigned)dt_store_f16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 2]) | ((unsigned)dt_store_f16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 4]) | ((unsigned)dt_store_f16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 6]) | ((unsigned)dt_store_f16(v3[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -224,28 +244,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
             float acc0[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     acc0[r] = 0e0f;
                 }
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[32];
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                #pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int e = (c * 128 + tid) * 8;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                        v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                        v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                        v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                        v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                        v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                        v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                        v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    } else {
+                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[32];
                 #pragma unroll 1
                 for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -253,17 +291,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                 }
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[128];
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -271,18 +309,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -290,18 +320,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
             float v3[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                {
                     v3[r] = acc0[r];
                 }
             }
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
-                    const int l17 = (e / 128) % 128;
-                    const int l18 = (e / 1) % 128;
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[(o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1]] = dt_store_bf16(v3[r]);
+            #pragma unroll
+            for (int c = 0; c < 16; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l17 = (e / 128) % 128;
+                const int l18 = (e / 1) % 128;
+                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v3[c * 8 + 0]) | ((unsigned)dt_store_bf16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 2]) | ((unsigned)dt_store_bf16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 4]) | ((unsigned)dt_store_bf16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 6]) | ((unsigned)dt_store_bf16(v3[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -337,28 +377,38 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
             float acc0[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
                     acc0[r] = 0e0f;
                 }
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[32];
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                #pragma unroll
+                for (int c = 0; c < 8; c++) {
+                    const int e = (c * 128 + tid) * 4;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 4 + 0] = __uint_as_float(q.x);
+                        v0[c * 4 + 1] = __uint_as_float(q.y);
+                        v0[c * 4 + 2] = __uint_as_float(q.z);
+                        v0[c * 4 + 3] = __uint_as_float(q.w);
+                    } else {
+                        v0[c * 4 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[32];
                 #pragma unroll 1
                 for (int r = 0; r < 32; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 4096) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -366,17 +416,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                 }
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[128];
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -384,18 +434,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = tid + r * 128; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 16384) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -403,18 +445,24 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
             float v3[128];
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                {
                     v3[r] = acc0[r];
                 }
             }
             #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = tid + r * 128;
-                if (e < 16384) {
-                    const int l17 = (e / 128) % 128;
-                    const int l18 = (e / 1) % 128;
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[(o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int c = 0; c < 32; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l17 = (e / 128) % 128;
+                const int l18 = (e / 1) % 128;
+                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
+                } else {
+                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
                 }
             }
         }

@@ -111,8 +111,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float acc0[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc0[r] = 0e0f;
                 }
             }
@@ -120,19 +120,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[16];
                 #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 256 + tid) * 8;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                        v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                        v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                        v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                        v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                        v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                        v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                        v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    } else {
+                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -140,17 +158,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 }
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[64];
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -158,18 +176,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -177,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float v3[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v3[r] = acc0[r];
                 }
             }
@@ -186,23 +196,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float acc1[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc1[r] = v3[r];
                 }
             }
             float v4[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v4[r] = acc1[r];
                 }
             }
@@ -221,16 +231,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
             float v7[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v7[r] = acc1[r];
                 }
             }
@@ -245,8 +255,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float v9[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v9[r] = acc1[r];
                 }
             }
@@ -257,26 +267,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
             float v11[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }
-            #pragma unroll 1
-            for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
-                    const int l33 = (e / 128) % 128;
-                    const int l34 = (e / 1) % 128;
-                    if (o1 + l33 < s0 && o2 + l34 < s1) out[(o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1]] = dt_store_f16(v11[r]);
+            #pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l33 = (e / 128) % 128;
+                const int l34 = (e / 1) % 128;
+                const long long a = (o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l33 < s0 && o2 + (l34 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v11[c * 8 + 0]) | ((unsigned)dt_store_f16(v11[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 2]) | ((unsigned)dt_store_f16(v11[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 4]) | ((unsigned)dt_store_f16(v11[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 6]) | ((unsigned)dt_store_f16(v11[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l33 < s0 && o2 + l34 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 0]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 1]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 2]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 3]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 4]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 5]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 6]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 7]);
                 }
             }
         }
@@ -312,8 +332,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float acc0[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc0[r] = 0e0f;
                 }
             }
@@ -321,19 +341,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[16];
                 #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 256 + tid) * 8;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                        v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                        v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                        v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                        v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                        v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                        v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                        v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    } else {
+                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -341,17 +379,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 }
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[64];
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -359,18 +397,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -378,8 +408,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float v3[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v3[r] = acc0[r];
                 }
             }
@@ -387,23 +417,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float acc1[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     acc1[r] = v3[r];
                 }
             }
             float v4[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v4[r] = acc1[r];
                 }
             }
@@ -422,16 +452,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
             float v7[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v7[r] = acc1[r];
                 }
             }
@@ -446,8 +476,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float v9[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v9[r] = acc1[r];
                 }
             }
@@ -458,26 +488,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
             float v11[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }
-            #pragma unroll 1
-            for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
-                    const int l33 = (e / 128) % 128;
-                    const int l34 = (e / 1) % 128;
-                    if (o1 + l33 < s0 && o2 + l34 < s1) out[(o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1]] = dt_store_bf16(v11[r]);
+            #pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l33 = (e / 128) % 128;
+                const int l34 = (e / 1) % 128;
+                const long long a = (o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l33 < s0 && o2 + (l34 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v11[c * 8 + 0]) | ((unsigned)dt_store_bf16(v11[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 2]) | ((unsigned)dt_store_bf16(v11[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 4]) | ((unsigned)dt_store_bf16(v11[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 6]) | ((unsigned)dt_store_bf16(v11[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l33 < s0 && o2 + l34 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 0]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 1]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 2]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 3]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 4]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 5]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 6]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 7]);
                 }
             }
         }
@@ -513,8 +553,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float acc0[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     acc0[r] = 0e0f;
                 }
             }
@@ -522,19 +562,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[16];
                 #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
-                        const int l6 = (e / 32) % 128;
-                        const int l7 = (e / 1) % 32;
-                        v0[r] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1]]) : 0.0f;
+                for (int c = 0; c < 4; c++) {
+                    const int e = (c * 256 + tid) * 4;
+                    const int l6 = (e / 32) % 128;
+                    const int l7 = (e / 1) % 32;
+                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 4 + 0] = __uint_as_float(q.x);
+                        v0[c * 4 + 1] = __uint_as_float(q.y);
+                        v0[c * 4 + 2] = __uint_as_float(q.z);
+                        v0[c * 4 + 3] = __uint_as_float(q.w);
+                    } else {
+                        v0[c * 4 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 4096) {
+                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                    {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -542,17 +592,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 }
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
                 #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
+                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[64];
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                    {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -560,18 +610,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                         v2[r] = a12;
                     }
                 }
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 16384) {
+                    const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                    {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -579,8 +621,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float v3[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v3[r] = acc0[r];
                 }
             }
@@ -588,23 +630,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float acc1[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     acc1[r] = v3[r];
                 }
             }
             float v4[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v4[r] = acc1[r];
                 }
             }
@@ -623,16 +665,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
             float v7[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v7[r] = acc1[r];
                 }
             }
@@ -647,8 +689,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float v9[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v9[r] = acc1[r];
                 }
             }
@@ -659,26 +701,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
             float v11[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }
-            #pragma unroll 1
-            for (int r = 0; r < 64; r++) {
-                const int e = tid + r * 256;
-                if (e < 16384) {
-                    const int l33 = (e / 128) % 128;
-                    const int l34 = (e / 1) % 128;
-                    if (o1 + l33 < s0 && o2 + l34 < s1) out[(o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1]] = dt_store_f32(v11[r]);
+            #pragma unroll
+            for (int c = 0; c < 16; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l33 = (e / 128) % 128;
+                const int l34 = (e / 1) % 128;
+                const long long a = (o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l33 < s0 && o2 + (l34 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
+                } else {
+                    if (o1 + l33 < s0 && o2 + l34 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
+                    if (o1 + l33 < s0 && o2 + (l34 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
                 }
             }
         }

@@ -82,7 +82,2599 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax for f16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel softmax_1k for f16: grid block(x:2); 128 threads, 40 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_1k.fuse_at(softmax_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 1024) % 2;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 1024;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_1k.fuse_at(softmax_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 1024) % 2;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 1024) % 2;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l35 = (e / 1024) % 2;
+            const int l36 = (e / 1) % 1024;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_1k for bf16: grid block(x:2); 128 threads, 40 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_1k.fuse_at(softmax_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 1024) % 2;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 1024;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_1k.fuse_at(softmax_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 1024) % 2;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 1024) % 2;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l35 = (e / 1024) % 2;
+            const int l36 = (e / 1) % 1024;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_1k for f32: grid block(x:2); 128 threads, 40 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_1k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l3 = (e / 1024) % 2;
+            const int l4 = (e / 1) % 1024;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 1024;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_1k.fuse_at(softmax_1k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l15 = (e / 1024) % 2;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l20 = (e / 1) % 1024;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        {
+            float p[2];
+            #pragma unroll
+            for (int i = 0; i < 2; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_1k.fuse_at(softmax_1k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l28 = (e / 1024) % 2;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 2) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 1024) % 2;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l35 = (e / 1024) % 2;
+            const int l36 = (e / 1) % 1024;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_4k.fuse_at(softmax_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 4096) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 4096;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_4k.fuse_at(softmax_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 4096) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 4096) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l35 = (e / 4096) % 1;
+            const int l36 = (e / 1) % 4096;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_4k.fuse_at(softmax_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 4096) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 4096;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_4k.fuse_at(softmax_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 4096) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 4096) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l35 = (e / 4096) % 1;
+            const int l36 = (e / 1) % 4096;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_4k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l3 = (e / 4096) % 1;
+            const int l4 = (e / 1) % 4096;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 4096;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_4k.fuse_at(softmax_4k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l15 = (e / 4096) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l20 = (e / 1) % 4096;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_4k.fuse_at(softmax_4k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l28 = (e / 4096) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 256;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 4096) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
+            const int l35 = (e / 4096) % 1;
+            const int l36 = (e / 1) % 4096;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_16k.fuse_at(softmax_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 16384) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 16384;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_16k.fuse_at(softmax_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 16384) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 16384) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l35 = (e / 16384) % 1;
+            const int l36 = (e / 1) % 16384;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_16k.fuse_at(softmax_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l15 = (e / 16384) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l20 = (e / 1) % 16384;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_16k.fuse_at(softmax_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l28 = (e / 16384) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            {
+                const int l33 = (e / 16384) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l35 = (e / 16384) % 1;
+            const int l36 = (e / 1) % 16384;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+            }
+        }
+    }
+}
+
+/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    float* __restrict__ out = (float*)args.output; /* softmax_16k */
+    const long long pid = (long long)blockIdx.x;
+    long long rest = pid;
+    (void)rest;
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_16k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* rmax identity */
+        float acc0[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = (-INFINITY);
+            }
+        }
+        float v0[16];
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l3 = (e / 16384) % 1;
+            const int l4 = (e / 1) % 16384;
+            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const uint4 q = *(const uint4*)(in0 + a);
+                v0[c * 4 + 0] = __uint_as_float(q.x);
+                v0[c * 4 + 1] = __uint_as_float(q.y);
+                v0[c * 4 + 2] = __uint_as_float(q.z);
+                v0[c * 4 + 3] = __uint_as_float(q.w);
+            } else {
+                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+            }
+        }
+        float v1[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l6 = (e / 1) % 16384;
+                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a8 = (-INFINITY);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                v2[r] = a8;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc0[r] = fmaxf(acc0[r], v2[r]);
+            }
+        }
+        float v3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v3[r] = acc0[r];
+            }
+        }
+        /* row_max_16k.fuse_at(softmax_16k, x) */
+        float acc1[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc1[r] = v3[r];
+            }
+        }
+        /* rsum identity */
+        float acc2[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = 0e0f;
+            }
+        }
+        float v5[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v5[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        __syncthreads();
+        float v6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l15 = (e / 16384) % 1;
+                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+            }
+        }
+        float v7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                v7[r] = expf(v6[r]);
+            }
+        }
+        float v8[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l20 = (e / 1) % 16384;
+                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
+            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                v9[r] = a22;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc2[r] = acc2[r] + v9[r];
+            }
+        }
+        float v10[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v10[r] = acc2[r];
+            }
+        }
+        /* row_sum_16k.fuse_at(softmax_16k, x) */
+        float acc3[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = 0e0f;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                acc3[r] = v10[r];
+            }
+        }
+        float v12[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v12[r] = acc1[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+        __syncthreads();
+        float v13[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l28 = (e / 16384) % 1;
+                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
+            }
+        }
+        float v14[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                v14[r] = expf(v13[r]);
+            }
+        }
+        float v15[1];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 1024;
+            if (e < 1) {
+                v15[r] = acc3[r];
+            }
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        __syncthreads();
+        float v16[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            {
+                const int l33 = (e / 16384) % 1;
+                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+            }
+        }
+        #pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
+            const int l35 = (e / 16384) % 1;
+            const int l36 = (e / 1) % 16384;
+            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            } else {
+                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+            }
+        }
+    }
+}
+
+/* kernel softmax for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -94,74 +2686,87 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rmax softmax.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = (-INFINITY);
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = (-INFINITY);
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
-                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = (-INFINITY);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
             }
@@ -170,7 +2775,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -179,14 +2784,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v3[r];
             }
         }
@@ -195,93 +2800,106 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:1024) */
-        for (long long o15 = 0; o15 < s1; o15 += 1024) {
+        /* rsum softmax.tensorize(y:4096) */
+        for (long long o15 = 0; o15 < s1; o15 += 4096) {
             float v4[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l16 = (e / 1024) % 4;
-                    const int l17 = (e / 1) % 1024;
-                    v4[r] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f16(in0[(o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l16 = (e / 4096) % 1;
+                const int l17 = (e / 1) % 4096;
+                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 4] = (o1 + l16 < s0 && o15 + (l17 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 5] = (o1 + l16 < s0 && o15 + (l17 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 6] = (o1 + l16 < s0 && o15 + (l17 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 7] = (o1 + l16 < s0 && o15 + (l17 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v5[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v5[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l19 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
             }
             float v7[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v7[r] = expf(v6[r]);
                 }
             }
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l24 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v9[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l25 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v9[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a26 = 0e0f;
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    v9[r] = a26;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
             }
@@ -290,7 +2908,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
@@ -299,55 +2917,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v10[r];
             }
         }
-        /* softmax.tensorize(y:1024) */
-        for (long long o31 = 0; o31 < s1; o31 += 1024) {
+        /* softmax.tensorize(y:4096) */
+        for (long long o31 = 0; o31 < s1; o31 += 4096) {
             float v11[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l32 = (e / 1024) % 4;
-                    const int l33 = (e / 1) % 1024;
-                    v11[r] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f16(in0[(o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l32 = (e / 4096) % 1;
+                const int l33 = (e / 1) % 4096;
+                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v11[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v11[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v11[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v11[c * 8 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 4] = (o1 + l32 < s0 && o31 + (l33 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 5] = (o1 + l32 < s0 && o31 + (l33 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 6] = (o1 + l32 < s0 && o31 + (l33 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 7] = (o1 + l32 < s0 && o31 + (l33 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v12[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v12[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
             __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l35 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
             }
             float v14[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -355,41 +2991,47 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v15[r] = acc3[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
             __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l40 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    const int l43 = (e / 1) % 1024;
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[(o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1]] = dt_store_f16(v16[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l42 = (e / 4096) % 1;
+                const int l43 = (e / 1) % 4096;
+                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for bf16: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel softmax for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -401,74 +3043,87 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rmax softmax.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = (-INFINITY);
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = (-INFINITY);
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
-                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = (-INFINITY);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
             }
@@ -477,7 +3132,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -486,14 +3141,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v3[r];
             }
         }
@@ -502,93 +3157,106 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:1024) */
-        for (long long o15 = 0; o15 < s1; o15 += 1024) {
+        /* rsum softmax.tensorize(y:4096) */
+        for (long long o15 = 0; o15 < s1; o15 += 4096) {
             float v4[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l16 = (e / 1024) % 4;
-                    const int l17 = (e / 1) % 1024;
-                    v4[r] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_bf16(in0[(o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l16 = (e / 4096) % 1;
+                const int l17 = (e / 1) % 4096;
+                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 4] = (o1 + l16 < s0 && o15 + (l17 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 5] = (o1 + l16 < s0 && o15 + (l17 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 6] = (o1 + l16 < s0 && o15 + (l17 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 7] = (o1 + l16 < s0 && o15 + (l17 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v5[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v5[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l19 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
             }
             float v7[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v7[r] = expf(v6[r]);
                 }
             }
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l24 = (e / 1) % 1024;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v9[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l25 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v9[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a26 = 0e0f;
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    v9[r] = a26;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
             }
@@ -597,7 +3265,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
@@ -606,55 +3274,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v10[r];
             }
         }
-        /* softmax.tensorize(y:1024) */
-        for (long long o31 = 0; o31 < s1; o31 += 1024) {
+        /* softmax.tensorize(y:4096) */
+        for (long long o31 = 0; o31 < s1; o31 += 4096) {
             float v11[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l32 = (e / 1024) % 4;
-                    const int l33 = (e / 1) % 1024;
-                    v11[r] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_bf16(in0[(o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l32 = (e / 4096) % 1;
+                const int l33 = (e / 1) % 4096;
+                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v11[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v11[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v11[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v11[c * 8 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 4] = (o1 + l32 < s0 && o31 + (l33 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 5] = (o1 + l32 < s0 && o31 + (l33 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 6] = (o1 + l32 < s0 && o31 + (l33 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 7] = (o1 + l32 < s0 && o31 + (l33 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v12[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v12[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
             __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l35 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
             }
             float v14[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -662,41 +3348,47 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v15[r] = acc3[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
             __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l40 = (e / 1024) % 4;
+                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                {
+                    const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    const int l43 = (e / 1) % 1024;
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[(o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1]] = dt_store_bf16(v16[r]);
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l42 = (e / 4096) % 1;
+                const int l43 = (e / 1) % 4096;
+                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for f32: grid block(x:4); 256 threads, 16400 bytes of shared memory */
+/* kernel softmax for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -708,74 +3400,79 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
     const long long pid = (long long)blockIdx.x;
     long long rest = pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 4)); rest /= (dt_cdiv(s0, 4));
+    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
-    /* block(x:4) softmax.tensorize(x:0) */
-    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 4) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:1024) */
-        for (long long o3 = 0; o3 < s1; o3 += 1024) {
+        /* rmax softmax.tensorize(y:4096) */
+        for (long long o3 = 0; o3 < s1; o3 += 4096) {
             float v0[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l4 = (e / 1024) % 4;
-                    const int l5 = (e / 1) % 1024;
-                    v0[r] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l4 = (e / 4096) % 1;
+                const int l5 = (e / 1) % 4096;
+                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v0[c * 4 + 0] = __uint_as_float(q.x);
+                    v0[c * 4 + 1] = __uint_as_float(q.y);
+                    v0[c * 4 + 2] = __uint_as_float(q.z);
+                    v0[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v0[c * 4 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l7 = (e / 1) % 1024;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             float v2[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = (-INFINITY);
-                if (j < 4) {
-                    const int l8 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l8 * 1024 + i * 1]);
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = (-INFINITY);
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
-                for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v2[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a9 = (-INFINITY);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    v2[r] = a9;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v1[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
             }
@@ -784,7 +3481,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
@@ -793,14 +3490,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc1[r] = v3[r];
             }
         }
@@ -809,93 +3506,98 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:1024) */
-        for (long long o15 = 0; o15 < s1; o15 += 1024) {
+        /* rsum softmax.tensorize(y:4096) */
+        for (long long o15 = 0; o15 < s1; o15 += 4096) {
             float v4[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l16 = (e / 1024) % 4;
-                    const int l17 = (e / 1) % 1024;
-                    v4[r] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f32(in0[(o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l16 = (e / 4096) % 1;
+                const int l17 = (e / 1) % 4096;
+                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                    v4[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v4[c * 4 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v5[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v5[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l19 = (e / 1024) % 4;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
             }
             float v7[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v7[r] = expf(v6[r]);
                 }
             }
             float v8[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l24 = (e / 1) % 1024;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v9[1];
-            /* cooperative reduction: 32 threads per result */
+            /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
             {
-                const int j = tid / 32;
-                const int q = tid % 32;
-                float p = 0e0f;
-                if (j < 4) {
-                    const int l25 = (j / 1) % 4;
-                    for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+                float p[1];
+                #pragma unroll
+                for (int i = 0; i < 1; i++) {
+                    p[i] = 0e0f;
+                    #pragma unroll
+                    for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
+                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
-                for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-                if (q == 0 && j < 4) (dt_smem + 4096)[j] = p;
+                __syncthreads();
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                __syncthreads();
             }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
-                    v9[r] = (dt_smem + 4096)[e];
+                if (e < 1) {
+                    float a26 = 0e0f;
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    v9[r] = a26;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
             }
@@ -904,7 +3606,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
@@ -913,55 +3615,65 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = 0e0f;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 256;
-            if (e < 4) {
+            if (e < 1) {
                 acc3[r] = v10[r];
             }
         }
-        /* softmax.tensorize(y:1024) */
-        for (long long o31 = 0; o31 < s1; o31 += 1024) {
+        /* softmax.tensorize(y:4096) */
+        for (long long o31 = 0; o31 < s1; o31 += 4096) {
             float v11[16];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l32 = (e / 1024) % 4;
-                    const int l33 = (e / 1) % 1024;
-                    v11[r] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f32(in0[(o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1]]) : 0.0f;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l32 = (e / 4096) % 1;
+                const int l33 = (e / 1) % 4096;
+                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v11[c * 4 + 0] = __uint_as_float(q.x);
+                    v11[c * 4 + 1] = __uint_as_float(q.y);
+                    v11[c * 4 + 2] = __uint_as_float(q.z);
+                    v11[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v11[c * 4 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v12[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v12[r] = acc1[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
             __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l35 = (e / 1024) % 4;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
             }
             float v14[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -969,34 +3681,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = tid + r * 256;
-                if (e < 4) {
+                if (e < 1) {
                     v15[r] = acc3[r];
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
             __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l40 = (e / 1024) % 4;
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+                {
+                    const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
             }
-            __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 4) (dt_smem + 0)[e] = v15[r]; }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = tid + r * 256;
-                if (e < 4096) {
-                    const int l42 = (e / 1024) % 4;
-                    const int l43 = (e / 1) % 1024;
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[(o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1]] = dt_store_f32(v16[r]);
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 256 + tid) * 4;
+                const int l42 = (e / 4096) % 1;
+                const int l43 = (e / 1) % 4096;
+                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+                } else {
+                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

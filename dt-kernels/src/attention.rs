@@ -16,7 +16,8 @@ const NONEMPTY: &[(&str, &str)] = &[("seq_k", "a softmax over no keys is undefin
 
 static FULL: OpDesc = OpDesc { op: "attention", spec: "attention", kernel: "attention", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
 
-static CAUSAL: OpDesc = OpDesc { op: "attention (causal)", spec: "attention", kernel: "attention_causal", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
+static CAUSAL: OpDesc =
+    OpDesc { op: "attention (causal)", spec: "attention", kernel: "attention_causal", inputs: INPUTS, scalars: &[], nonempty: NONEMPTY };
 
 pub(crate) fn op(causal: bool) -> &'static OpDesc {
     if causal {
@@ -31,12 +32,25 @@ pub(crate) fn op(causal: bool) -> &'static OpDesc {
 /// `[batch, heads, seq_k, e]` (strided views accepted), result `[batch, heads, seq_q, e]`. With
 /// `causal`, query `i` attends only to keys `j <= i`. `seq_k` and `d` must not be 0 unless the
 /// result is empty.
-pub fn attention<T: Element>(gpu: &Gpu, q: &DeviceTensor<T>, k: &DeviceTensor<T>, v: &DeviceTensor<T>, causal: bool) -> Result<DeviceTensor<T>> {
+pub fn attention<T: Element>(
+    gpu: &Gpu,
+    q: &DeviceTensor<T>,
+    k: &DeviceTensor<T>,
+    v: &DeviceTensor<T>,
+    causal: bool,
+) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, op(causal), &[q, k, v], &[])
 }
 
 /// As [`attention`], writing the result into `out` (`[batch, heads, seq_q, e]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn attention_into<T: Element>(gpu: &Gpu, q: &DeviceTensor<T>, k: &DeviceTensor<T>, v: &DeviceTensor<T>, causal: bool, out: &mut DeviceTensor<T>) -> Result<()> {
+pub fn attention_into<T: Element>(
+    gpu: &Gpu,
+    q: &DeviceTensor<T>,
+    k: &DeviceTensor<T>,
+    v: &DeviceTensor<T>,
+    causal: bool,
+    out: &mut DeviceTensor<T>,
+) -> Result<()> {
     gpu::run_into(gpu, op(causal), &[q, k, v], &[], out)
 }

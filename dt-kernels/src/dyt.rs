@@ -26,6 +26,13 @@ pub fn dyt<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &
 
 /// As [`dyt`], writing the result into `out` (`[rows, cols]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn dyt_into<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, alpha: f32, out: &mut DeviceTensor<T>) -> Result<()> {
+pub fn dyt_into<T: Element>(
+    gpu: &Gpu,
+    x: &DeviceTensor<T>,
+    w: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    alpha: f32,
+    out: &mut DeviceTensor<T>,
+) -> Result<()> {
     gpu::run_into(gpu, &OP, &[x, w, b], &[alpha], out)
 }

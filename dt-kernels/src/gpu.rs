@@ -48,7 +48,12 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     if let Some(s) = reg.iter().find(|(k, n, _)| *k == key && *n == nvrtc_only).and_then(|(_, _, w)| w.upgrade()) {
         return s;
     }
-    let s = Arc::new(Shared { ctx: ctx.clone(), nvrtc_only, modules: SPECS.iter().map(|_| OnceLock::new()).collect(), functions: Mutex::new(HashMap::new()) });
+    let s = Arc::new(Shared {
+        ctx: ctx.clone(),
+        nvrtc_only,
+        modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
+        functions: Mutex::new(HashMap::new()),
+    });
     reg.push((key, nvrtc_only, Arc::downgrade(&s)));
     s
 }
@@ -71,7 +76,10 @@ pub struct Gpu {
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("ordinal", &self.shared.ctx.ordinal()).field("nvrtc_only", &self.shared.nvrtc_only).finish_non_exhaustive()
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.shared.ctx.ordinal())
+            .field("nvrtc_only", &self.shared.nvrtc_only)
+            .finish_non_exhaustive()
     }
 }
 
@@ -155,7 +163,10 @@ impl Gpu {
         let shape = shape.into();
         let strides = contiguous_strides(&shape);
         let n = layout::check(&|| "device tensor".to_string(), &shape, &strides, usize::MAX)?;
-        let buf = self.stream.alloc_zeros::<T::Storage>(n.max(1)).map_err(Error::driver(format!("allocating a {} tensor of shape {shape:?}", T::DTYPE)))?;
+        let buf = self
+            .stream
+            .alloc_zeros::<T::Storage>(n.max(1))
+            .map_err(Error::driver(format!("allocating a {} tensor of shape {shape:?}", T::DTYPE)))?;
         Ok(DeviceTensor { buf: Arc::new(buf), shape, strides, _t: PhantomData })
     }
 
@@ -180,8 +191,11 @@ impl Gpu {
         let module = &self.loaded(spec_index)?.module;
         let f = module.load_function(row.symbol).map_err(Error::driver(format!("finding kernel `{}`", row.symbol)))?;
         if row.shared_bytes > 48 * 1024 {
-            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, row.shared_bytes as i32)
-                .map_err(Error::driver(format!("allowing kernel `{}` {} bytes of shared memory", row.symbol, row.shared_bytes)))?;
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                row.shared_bytes as i32,
+            )
+            .map_err(Error::driver(format!("allowing kernel `{}` {} bytes of shared memory", row.symbol, row.shared_bytes)))?;
         }
         self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, f.clone());
         Ok((f, row))
@@ -206,7 +220,12 @@ impl Shared {
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(format!("{note}the NVRTC library (libnvrtc) was not found, and it is needed to compile the kernels (or build with nvcc installed to embed a fatbin)"));
         }
-        let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch_name(major, minor)), options: vec!["--std=c++17".into()], name: Some(format!("{}.cu", spec.name)), ..Default::default() };
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(arch_name(major, minor)),
+            options: vec!["--std=c++17".into()],
+            name: Some(format!("{}.cu", spec.name)),
+            ..Default::default()
+        };
         let ptx = catch_unwind(AssertUnwindSafe(|| cudarc::nvrtc::compile_ptx_with_opts(spec.cuda, opts)))
             .map_err(|_| format!("{note}the NVRTC library could not be loaded"))?
             .map_err(|e| format!("{note}{}", nvrtc_message(&e)))?;
@@ -217,7 +236,9 @@ impl Shared {
 
 fn nvrtc_message(e: &cudarc::nvrtc::CompileError) -> String {
     match e {
-        cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log } => format!("NVRTC failed ({nvrtc:?}) with options {options:?}:\n{}", log.to_string_lossy()),
+        cudarc::nvrtc::CompileError::CompileError { nvrtc, options, log } => {
+            format!("NVRTC failed ({nvrtc:?}) with options {options:?}:\n{}", log.to_string_lossy())
+        }
         other => format!("NVRTC: {other:?}"),
     }
 }
@@ -254,7 +275,11 @@ impl<T: Element> Clone for DeviceTensor<T> {
 
 impl<T: Element> std::fmt::Debug for DeviceTensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceTensor").field("dtype", &T::DTYPE).field("shape", &self.shape).field("strides", &self.strides).finish_non_exhaustive()
+        f.debug_struct("DeviceTensor")
+            .field("dtype", &T::DTYPE)
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .finish_non_exhaustive()
     }
 }
 
@@ -300,7 +325,11 @@ impl<T: Element> DeviceTensor<T> {
         if self.is_empty() {
             return Ok(Vec::new());
         }
-        let raw = self.buf.stream().clone_dtoh(&*self.buf).map_err(Error::driver(format!("downloading a {} tensor of shape {:?}", T::DTYPE, self.shape)))?;
+        let raw = self.buf.stream().clone_dtoh(&*self.buf).map_err(Error::driver(format!(
+            "downloading a {} tensor of shape {:?}",
+            T::DTYPE,
+            self.shape
+        )))?;
         Ok(layout::gather(&T::from_storage_vec(raw), &self.shape, &self.strides))
     }
 
@@ -340,7 +369,10 @@ impl<T: Element> DeviceTensor<T> {
     pub fn transpose(&self, a: usize, b: usize) -> Result<Self> {
         let mut axes: Vec<usize> = (0..self.shape.len()).collect();
         if a >= axes.len() || b >= axes.len() {
-            return Err(Error::Stride { what: "device tensor".into(), msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()) });
+            return Err(Error::Stride {
+                what: "device tensor".into(),
+                msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()),
+            });
         }
         axes.swap(a, b);
         self.permute(&axes)
@@ -360,15 +392,23 @@ pub(crate) fn run<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>
     let plan = plan(op, T::DTYPE, &shapes, scalars)?;
     // SAFETY: the kernel writes every element of the output before anything reads it; an
     // empty output is never read.
-    let buf = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }.map_err(Error::driver(format!("{}: allocating the output {:?}", op.op, plan.out_shape)))?;
-    let mut out = DeviceTensor { buf: Arc::new(buf), strides: contiguous_strides(&plan.out_shape), shape: plan.out_shape.clone(), _t: PhantomData };
+    let buf = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }
+        .map_err(Error::driver(format!("{}: allocating the output {:?}", op.op, plan.out_shape)))?;
+    let mut out =
+        DeviceTensor { buf: Arc::new(buf), strides: contiguous_strides(&plan.out_shape), shape: plan.out_shape.clone(), _t: PhantomData };
     launch(gpu, op, inputs, plan, &mut out)?;
     Ok(out)
 }
 
 /// Runs `op` on device tensors, writing the result into `out`, which must have the result's
 /// shape, strides that never reach one element twice, and a buffer no other view shares.
-pub(crate) fn run_into<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32], out: &mut DeviceTensor<T>) -> Result<()> {
+pub(crate) fn run_into<T: Element>(
+    gpu: &Gpu,
+    op: &OpDesc,
+    inputs: &[&DeviceTensor<T>],
+    scalars: &[f32],
+    out: &mut DeviceTensor<T>,
+) -> Result<()> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
     let mut plan = plan(op, T::DTYPE, &shapes, scalars)?;
     if out.shape != plan.out_shape {
@@ -425,7 +465,8 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     // which `plan` took from those tensors. The output pointer is the buffer of `out`, whose
     // shape is the result's and whose strides (in `args`) reach only elements inside it, each
     // once. Grid, block and shared memory are what the emitter computed for this kernel.
-    unsafe { launch.launch(cfg) }.map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
+    unsafe { launch.launch(cfg) }
+        .map_err(Error::driver(format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs)))?;
     drop(out_guard);
     drop(guards);
     Ok(())

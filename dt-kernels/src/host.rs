@@ -88,7 +88,10 @@ impl<T: Element> HostTensor<T> {
     pub fn transpose(self, a: usize, b: usize) -> Result<Self> {
         let mut axes: Vec<usize> = (0..self.shape.len()).collect();
         if a >= axes.len() || b >= axes.len() {
-            return Err(Error::Stride { what: "host tensor".into(), msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()) });
+            return Err(Error::Stride {
+                what: "host tensor".into(),
+                msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()),
+            });
         }
         axes.swap(a, b);
         self.permute(&axes)

@@ -19,12 +19,25 @@ pub(crate) static OP: OpDesc = OpDesc {
 
 /// `(x - mean) / sqrt(var + eps) * w + b` for each row of `x` (`[rows, cols]`), with the biased
 /// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`.
-pub fn layernorm<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, eps: f32) -> Result<DeviceTensor<T>> {
+pub fn layernorm<T: Element>(
+    gpu: &Gpu,
+    x: &DeviceTensor<T>,
+    w: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    eps: f32,
+) -> Result<DeviceTensor<T>> {
     gpu::run(gpu, &OP, &[x, w, b], &[eps])
 }
 
 /// As [`layernorm`], writing the result into `out` (`[rows, cols]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn layernorm_into<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, eps: f32, out: &mut DeviceTensor<T>) -> Result<()> {
+pub fn layernorm_into<T: Element>(
+    gpu: &Gpu,
+    x: &DeviceTensor<T>,
+    w: &DeviceTensor<T>,
+    b: &DeviceTensor<T>,
+    eps: f32,
+    out: &mut DeviceTensor<T>,
+) -> Result<()> {
     gpu::run_into(gpu, &OP, &[x, w, b], &[eps], out)
 }

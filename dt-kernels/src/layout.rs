@@ -29,7 +29,10 @@ pub(crate) fn check(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize
         return Err(Error::Stride { what: what(), msg: format!("{} axes; at most {MAX_RANK} are supported", shape.len()) });
     }
     if strides.len() != shape.len() {
-        return Err(Error::Stride { what: what(), msg: format!("{} strides for a shape of {} axes ({shape:?})", strides.len(), shape.len()) });
+        return Err(Error::Stride {
+            what: what(),
+            msg: format!("{} strides for a shape of {} axes ({shape:?})", strides.len(), shape.len()),
+        });
     }
     let n = elements(what, shape)?;
     if n == 0 {

@@ -48,8 +48,31 @@ pub(crate) struct Plan {
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
 /// `scalars` (in `op.scalars` order) to `op`'s kernel instantiated for `dtype`.
 pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+    let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
+    // The size-class variants of the op's kernel, in the spec's order: the first whose bounds
+    // admit the sizes runs.
+    let variants: Vec<&'static Kernel> = spec.kernels()?.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel)).collect();
+    let mut result = Err(Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)));
+    for kernel in variants {
+        result = plan_kernel(op, kernel, dtype, shapes, scalars);
+        if !matches!(result, Err(Error::BoundExceeded { .. })) {
+            break;
+        }
+    }
+    result
+}
+
+/// [`plan`] for one kernel.
+fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
     if shapes.len() != op.inputs.len() || scalars.len() != op.scalars.len() {
-        return Err(Error::Internal(format!("{}: {} inputs and {} scalars passed to a kernel of {} and {}", op.op, shapes.len(), scalars.len(), op.inputs.len(), op.scalars.len())));
+        return Err(Error::Internal(format!(
+            "{}: {} inputs and {} scalars passed to a kernel of {} and {}",
+            op.op,
+            shapes.len(),
+            scalars.len(),
+            op.inputs.len(),
+            op.scalars.len()
+        )));
     }
     // Ranks and sizes, by the API's axis names.
     let mut sizes: Vec<(&'static str, usize, &'static str, usize)> = Vec::new(); // (axis name, size, arg, axis)
@@ -61,7 +84,16 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         for (axis, (&name, &n)) in desc.axes.iter().zip(shape.iter()).enumerate() {
             match sizes.iter().find(|(d, ..)| *d == name) {
                 Some(&(_, m, first_arg, first_axis)) if m != n => {
-                    return Err(Error::ShapeMismatch { op: op.op, dim: name, arg: desc.arg, axis, got: n, first_arg, first_axis, expected: m });
+                    return Err(Error::ShapeMismatch {
+                        op: op.op,
+                        dim: name,
+                        arg: desc.arg,
+                        axis,
+                        got: n,
+                        first_arg,
+                        first_axis,
+                        expected: m,
+                    });
                 }
                 Some(_) => {}
                 None => sizes.push((name, n, desc.arg, axis)),
@@ -70,7 +102,6 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     }
     let spec_index = spec_index(op.spec)?;
     let spec: &'static SpecData = SPECS[spec_index];
-    let kernel = spec.kernel(op.kernel)?;
     let internal = |msg: String| Error::Internal(format!("{}: kernel `{}` of spec `{}`: {msg}", op.op, kernel.name, spec.name));
     if !kernel.dtypes.contains(&dtype) {
         let built = kernel.dtypes.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
@@ -85,19 +116,31 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     }
 
     // Sizes by the kernel's dimensions.
-    let n_dims = kernel.dims.iter().map(|(d, _)| d.index() + 1).chain(kernel.inputs.iter().chain([&kernel.output]).flat_map(|t| t.dims.iter().map(|d| d.index() + 1))).max().unwrap_or(0);
+    let n_dims = kernel
+        .dims
+        .iter()
+        .map(|(d, _)| d.index() + 1)
+        .chain(kernel.inputs.iter().chain([&kernel.output]).flat_map(|t| t.dims.iter().map(|d| d.index() + 1)))
+        .max()
+        .unwrap_or(0);
     let mut by_dim: Vec<Option<usize>> = vec![None; n_dims];
     let mut slots = Vec::with_capacity(kernel.inputs.len());
     let mut args = DtArgs::default();
     for (slot, param) in kernel.inputs.iter().enumerate() {
-        let j = op.inputs.iter().position(|d| d.param == param.name).ok_or_else(|| internal(format!("input `{}` is not an argument of the op", param.name)))?;
+        let j = op
+            .inputs
+            .iter()
+            .position(|d| d.param == param.name)
+            .ok_or_else(|| internal(format!("input `{}` is not an argument of the op", param.name)))?;
         let (shape, strides) = shapes[j];
         if param.dims.len() != shape.len() {
             return Err(internal(format!("input `{}` has {} axes in the kernel, {} in the op", param.name, param.dims.len(), shape.len())));
         }
         for (axis, d) in param.dims.iter().enumerate() {
             match by_dim[d.index()] {
-                Some(m) if m != shape[axis] => return Err(internal(format!("dimension `{}` is {m} and {} at once", kernel.dim_name(*d), shape[axis]))),
+                Some(m) if m != shape[axis] => {
+                    return Err(internal(format!("dimension `{}` is {m} and {} at once", kernel.dim_name(*d), shape[axis])))
+                }
                 _ => by_dim[d.index()] = Some(shape[axis]),
             }
             args.input_strides[slot][axis] = strides[axis] as i64;
@@ -111,16 +154,28 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     for (d, bound) in &kernel.bounds {
         let n = by_dim[d.index()].unwrap_or(0);
         if n as u64 > *bound {
-            return Err(Error::BoundExceeded { op: op.op, kernel: kernel.name.clone(), dim: kernel.dim_name(*d).to_string(), size: n, bound: *bound });
+            return Err(Error::BoundExceeded {
+                op: op.op,
+                kernel: kernel.name.clone(),
+                dim: kernel.dim_name(*d).to_string(),
+                size: n,
+                bound: *bound,
+            });
         }
     }
-    let out_shape: Vec<usize> = kernel.output.dims.iter().map(|d| by_dim[d.index()].ok_or_else(|| internal(format!("no input fixes output dimension `{}`", kernel.dim_name(*d))))).collect::<Result<_>>()?;
+    let out_shape: Vec<usize> = kernel
+        .output
+        .dims
+        .iter()
+        .map(|d| by_dim[d.index()].ok_or_else(|| internal(format!("no input fixes output dimension `{}`", kernel.dim_name(*d)))))
+        .collect::<Result<_>>()?;
     let out_elements = elements(&|| format!("{}: the output {out_shape:?}", op.op), &out_shape)?;
     for (axis, s) in contiguous_strides(&out_shape).iter().enumerate() {
         args.output_strides[axis] = *s as i64;
     }
     for (i, name) in kernel.scalars.iter().enumerate() {
-        let j = op.scalars.iter().position(|s| s == name).ok_or_else(|| internal(format!("scalar `{name}` is not an argument of the op")))?;
+        let j =
+            op.scalars.iter().position(|s| s == name).ok_or_else(|| internal(format!("scalar `{name}` is not an argument of the op")))?;
         args.scalars[i] = scalars[j];
     }
     if out_elements > 0 {
@@ -132,7 +187,10 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     }
     let programs = if out_elements == 0 { 0 } else { programs(kernel, &by_dim) };
     if programs > i32::MAX as usize {
-        return Err(Error::TooLarge { what: format!("{}: the launch grid of kernel `{}`", op.op, kernel.name), elements: programs as u128 });
+        return Err(Error::TooLarge {
+            what: format!("{}: the launch grid of kernel `{}`", op.op, kernel.name),
+            elements: programs as u128,
+        });
     }
     Ok(Plan { spec_index, spec, symbol, slots, out_shape, out_elements, args, programs })
 }

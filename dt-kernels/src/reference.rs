@@ -76,15 +76,10 @@ pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], rows: usize, cols: usize, eps:
     for r in 0..rows {
         let row = &x[r * cols..(r + 1) * cols];
         let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
-        let var = row
-            .iter()
-            .map(|&v| (v as f64 - mean) * (v as f64 - mean))
-            .sum::<f64>()
-            / cols as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean) * (v as f64 - mean)).sum::<f64>() / cols as f64;
         let inv_std = 1.0 / (var + eps as f64).sqrt();
         for c in 0..cols {
-            out[r * cols + c] =
-                ((row[c] as f64 - mean) * inv_std * w[c] as f64 + b[c] as f64) as f32;
+            out[r * cols + c] = ((row[c] as f64 - mean) * inv_std * w[c] as f64 + b[c] as f64) as f32;
         }
     }
     out
@@ -120,21 +115,9 @@ pub fn attention(
     e: usize,
     causal: bool,
 ) -> Vec<f32> {
-    assert_eq!(
-        q.len(),
-        batch * heads * seq_q * d,
-        "q must be batch x heads x seq_q x d"
-    );
-    assert_eq!(
-        k.len(),
-        batch * heads * seq_k * d,
-        "k must be batch x heads x seq_k x d"
-    );
-    assert_eq!(
-        v.len(),
-        batch * heads * seq_k * e,
-        "v must be batch x heads x seq_k x e"
-    );
+    assert_eq!(q.len(), batch * heads * seq_q * d, "q must be batch x heads x seq_q x d");
+    assert_eq!(k.len(), batch * heads * seq_k * d, "k must be batch x heads x seq_k x d");
+    assert_eq!(v.len(), batch * heads * seq_k * e, "v must be batch x heads x seq_k x e");
     let mut out = vec![0.0f32; batch * heads * seq_q * e];
     let scale = 1.0 / (d as f64).sqrt();
     let mut scores = vec![0.0f64; seq_k];
@@ -152,9 +135,7 @@ pub fn attention(
                 }
                 *s = acc * scale;
             }
-            let max = scores[..keys]
-                .iter()
-                .fold(f64::NEG_INFINITY, |m, &s| m.max(s));
+            let max = scores[..keys].iter().fold(f64::NEG_INFINITY, |m, &s| m.max(s));
             let sum: f64 = scores[..keys].iter().map(|&s| (s - max).exp()).sum();
             for c in 0..e {
                 let mut acc = 0.0f64;
@@ -193,18 +174,10 @@ pub fn error_stats(got: &[f32], want: &[f32]) -> ErrorStats {
         diff2 += d * d;
         want2 += w as f64 * w as f64;
         // `f64::max` drops NaN; keep it visible instead.
-        max_abs = if d.is_nan() || max_abs.is_nan() {
-            f64::NAN
-        } else {
-            max_abs.max(d)
-        };
+        max_abs = if d.is_nan() || max_abs.is_nan() { f64::NAN } else { max_abs.max(d) };
     }
     let norm = diff2.sqrt();
-    let rel_l2 = if want2 > 0.0 {
-        norm / want2.sqrt()
-    } else {
-        norm
-    };
+    let rel_l2 = if want2 > 0.0 { norm / want2.sqrt() } else { norm };
     ErrorStats { rel_l2, max_abs }
 }
 
@@ -215,15 +188,9 @@ mod tests {
     #[test]
     fn small_cases_by_hand() {
         // [1 2; 3 4] @ [5 6; 7 8] = [19 22; 43 50]
-        assert_eq!(
-            matmul(&[1., 2., 3., 4.], &[5., 6., 7., 8.], 2, 2, 2),
-            vec![19., 22., 43., 50.]
-        );
+        assert_eq!(matmul(&[1., 2., 3., 4.], &[5., 6., 7., 8.], 2, 2, 2), vec![19., 22., 43., 50.]);
         // [1 -1] @ [[2], [3]] = -1, leaky: -0.01
-        assert_eq!(
-            mm_leaky_relu(&[1., -1.], &[2., 3.], 1, 1, 2, 0.01),
-            vec![-0.01]
-        );
+        assert_eq!(mm_leaky_relu(&[1., -1.], &[2., 3.], 1, 1, 2, 0.01), vec![-0.01]);
         let s = softmax(&[0.0, 0.0, 1000.0, 1000.0], 2, 2);
         assert_eq!(s, vec![0.5; 4]);
         let l = layernorm(&[1., 3.], &[2., 2.], &[1., 1.], 1, 2, 0.0);

@@ -32,7 +32,14 @@ pub(crate) struct DtArgs {
 
 impl Default for DtArgs {
     fn default() -> Self {
-        DtArgs { inputs: [0; MAX_INPUTS], input_strides: [[0; MAX_RANK]; MAX_INPUTS], output: 0, output_strides: [0; MAX_RANK], sizes: [0; MAX_DIMS], scalars: [0.0; MAX_SCALARS] }
+        DtArgs {
+            inputs: [0; MAX_INPUTS],
+            input_strides: [[0; MAX_RANK]; MAX_INPUTS],
+            output: 0,
+            output_strides: [0; MAX_RANK],
+            sizes: [0; MAX_DIMS],
+            scalars: [0.0; MAX_SCALARS],
+        }
     }
 }
 
@@ -88,11 +95,6 @@ impl SpecData {
             dt_core::lower::lower_all(&program).map_err(|e| format!("spec `{}` does not lower: {e}", self.name))
         });
         lowered.as_deref().map_err(|e| Error::Internal(e.clone()))
-    }
-
-    /// Kernel `name` of this spec.
-    pub(crate) fn kernel(&'static self, name: &str) -> Result<&'static Kernel> {
-        self.kernels()?.iter().find(|k| k.name == name).ok_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{name}`", self.name)))
     }
 
     pub(crate) fn launch_row(&self, symbol: &str) -> Option<LaunchRow> {

@@ -68,7 +68,10 @@ fn run<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> d
     let inputs = placed::<T>(case, placements);
     match backend {
         Backend::Cpu => {
-            let t: Vec<HostTensor<T>> = inputs.into_iter().map(|(shape, strides, data)| HostTensor::from_strided(shape, strides, data)).collect::<Result<_, _>>()?;
+            let t: Vec<HostTensor<T>> = inputs
+                .into_iter()
+                .map(|(shape, strides, data)| HostTensor::from_strided(shape, strides, data))
+                .collect::<Result<_, _>>()?;
             let out = match case.op {
                 "matmul" => cpu::matmul(&t[0], &t[1]),
                 "mm_leaky_relu" => cpu::mm_leaky_relu(&t[0], &t[1]),
@@ -83,8 +86,10 @@ fn run<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> d
         }
         Backend::Gpu => {
             let gpu = gpu().expect("checked by `available`");
-            let t: Vec<DeviceTensor<T>> =
-                inputs.into_iter().map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data)).collect::<Result<_, _>>()?;
+            let t: Vec<DeviceTensor<T>> = inputs
+                .into_iter()
+                .map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data))
+                .collect::<Result<_, _>>()?;
             let out = match case.op {
                 "matmul" => dt_kernels::matmul::matmul(gpu, &t[0], &t[1]),
                 "mm_leaky_relu" => dt_kernels::mm_leaky_relu::mm_leaky_relu(gpu, &t[0], &t[1]),
@@ -110,9 +115,9 @@ fn mm_size() -> impl Strategy<Value = usize> {
     prop_oneof![prop::sample::select(vec![1usize, 2, 3, 7, 31, 32, 33, 127, 128, 129, 257]), 1usize..=200]
 }
 
-/// Row lengths around the row ops' tile (1024) and small awkward ones.
+/// Row lengths around the row ops' size classes (1024, 4096, 16384) and small awkward ones.
 fn cols() -> impl Strategy<Value = usize> {
-    prop_oneof![prop::sample::select(vec![1usize, 2, 3, 5, 31, 127, 1023, 1024, 1025, 2053, 3000]), 1usize..=300]
+    prop_oneof![prop::sample::select(vec![1usize, 2, 3, 5, 31, 127, 1023, 1024, 1025, 2053, 4096, 4097, 16384, 16385, 20000]), 1usize..=300]
 }
 
 /// Row counts around the rows per program (4) and small awkward ones.
@@ -222,7 +227,12 @@ fn nvrtc_path_matches_reference() {
     case.check("NVRTC", &got).unwrap();
     if Gpu::fatbin_archs().is_some() {
         let fatbin = gpu().unwrap();
-        assert_eq!(fatbin.module_source("matmul").unwrap(), dt_kernels::ModuleSource::Fatbin, "the fatbin built for {:?} did not load", Gpu::fatbin_archs());
+        assert_eq!(
+            fatbin.module_source("matmul").unwrap(),
+            dt_kernels::ModuleSource::Fatbin,
+            "the fatbin built for {:?} did not load",
+            Gpu::fatbin_archs()
+        );
     }
 }
 

@@ -13,7 +13,12 @@ fn workspace() -> PathBuf {
 
 fn generated(ext: &str) -> Vec<PathBuf> {
     let dir = workspace().join("dt-kernels/generated");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir).expect("generated dir").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("generated dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
     v.sort();
     assert!(!v.is_empty(), "no .{ext} files under {}", dir.display());
     v
@@ -65,7 +70,8 @@ fn generated_cuda_compiles_for_sm80_and_sm90a() {
     for src in generated("cu") {
         for arch in [Arch::new(80), Arch::with_suffix(90, 'a')] {
             let out = dir.join(format!("{}.{}.cubin", src.file_stem().unwrap().to_string_lossy(), arch.sm()));
-            cuda::compile_cubin(&nvcc, &src, &out, arch, &["-Werror", "all-warnings", "-Xptxas", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+            cuda::compile_cubin(&nvcc, &src, &out, arch, &["-Werror", "all-warnings", "-Xptxas", "-Werror"])
+                .unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }
@@ -83,12 +89,18 @@ fn generated_hip_compiles_for_gfx90a() {
 #[test]
 fn generated_c_compiles_warning_free_with_gcc_and_clang() {
     let dir = out_dir("c");
-    let compilers: Vec<&str> = ["gcc", "clang", "clang-19"].into_iter().filter(|c| std::process::Command::new(c).arg("--version").output().is_ok()).collect();
+    let compilers: Vec<&str> =
+        ["gcc", "clang", "clang-19"].into_iter().filter(|c| std::process::Command::new(c).arg("--version").output().is_ok()).collect();
     assert!(compilers.contains(&"gcc"), "gcc is needed to check the generated C");
     for src in generated("c") {
         for cc in &compilers {
             let out = dir.join(format!("{}.{cc}.o", src.file_stem().unwrap().to_string_lossy()));
-            let status = std::process::Command::new(cc).args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"]).arg(&out).arg(&src).output().expect("compiler runs");
+            let status = std::process::Command::new(cc)
+                .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .output()
+                .expect("compiler runs");
             assert!(status.status.success(), "{cc} rejects {}:\n{}", src.display(), String::from_utf8_lossy(&status.stderr));
         }
     }

@@ -83,7 +83,15 @@ impl Job {
 
 fn jobs() -> Vec<Job> {
     let mut out = Vec::new();
-    let mm: &[[usize; 3]] = &[[512, 512, 512], [1024, 1024, 1024], [4096, 4096, 4096], [8192, 8192, 8192], [4096, 11008, 4096], [1000, 3000, 77], [16, 4096, 4096]];
+    let mm: &[[usize; 3]] = &[
+        [512, 512, 512],
+        [1024, 1024, 1024],
+        [4096, 4096, 4096],
+        [8192, 8192, 8192],
+        [4096, 11008, 4096],
+        [1000, 3000, 77],
+        [16, 4096, 4096],
+    ];
     for op in ["matmul", "mm_leaky_relu"] {
         for dtype in [DType::F16, DType::BF16] {
             for s in mm {
@@ -99,7 +107,14 @@ fn jobs() -> Vec<Job> {
             }
         }
     }
-    let att: &[([usize; 4], bool)] = &[([4, 32, 1024, 64], false), ([4, 32, 4096, 64], false), ([4, 32, 4096, 128], false), ([4, 32, 4096, 128], true), ([2, 16, 16384, 128], true), ([8, 16, 1000, 80], false)];
+    let att: &[([usize; 4], bool)] = &[
+        ([4, 32, 1024, 64], false),
+        ([4, 32, 4096, 64], false),
+        ([4, 32, 4096, 128], false),
+        ([4, 32, 4096, 128], true),
+        ([2, 16, 16384, 128], true),
+        ([8, 16, 1000, 80], false),
+    ];
     for dtype in [DType::F16, DType::BF16] {
         for (s, causal) in att {
             out.push(Job { op: "attention", dtype, shape: s.to_vec(), causal: *causal });
@@ -121,8 +136,16 @@ fn args(job: &Job, rng: &mut Rng) -> Args {
     match job.op {
         "matmul" | "mm_leaky_relu" => Args::default().input("A", t(vec![s[0], s[2]], rng)).input("B", t(vec![s[2], s[1]], rng)),
         "softmax" => Args::default().input("A", t(vec![s[0], s[1]], rng)),
-        "layernorm" => Args::default().input("X", t(vec![s[0], s[1]], rng)).input("W", t(vec![s[1]], rng)).input("B", t(vec![s[1]], rng)).scalar("eps", 1e-5),
-        "dyt" => Args::default().input("X", t(vec![s[0], s[1]], rng)).input("W", t(vec![s[1]], rng)).input("B", t(vec![s[1]], rng)).scalar("alpha", 0.5),
+        "layernorm" => Args::default()
+            .input("X", t(vec![s[0], s[1]], rng))
+            .input("W", t(vec![s[1]], rng))
+            .input("B", t(vec![s[1]], rng))
+            .scalar("eps", 1e-5),
+        "dyt" => Args::default()
+            .input("X", t(vec![s[0], s[1]], rng))
+            .input("W", t(vec![s[1]], rng))
+            .input("B", t(vec![s[1]], rng))
+            .scalar("alpha", 0.5),
         _ => {
             let shape = vec![s[0], s[1], s[2], s[3]];
             Args::default().input("Q", t(shape.clone(), rng)).input("K", t(shape.clone(), rng)).input("V", t(shape, rng))
@@ -143,7 +166,8 @@ fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
     let src = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let program = dt_core::compile_spec(&src).map_err(|d| format!("{spec}: {d:?}"))?;
     let kernels = dt_core::lower::lower_all(&program).map_err(|e| e.to_string())?;
-    let items: Vec<(&Kernel, DType, String)> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+    let items: Vec<(&Kernel, DType, String)> =
+        kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
     let (cuda, infos) = gpu::emit_file(spec, Dialect::Cuda, &items).map_err(|e| e.to_string())?;
     let module = gpu.compile(&cuda).map_err(|e| e.to_string())?;
     Ok(Compiled { program, kernels, infos, module })
@@ -151,7 +175,13 @@ fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
 
 /// Median of event-timed runs of `run` (after `warmup` untimed ones), with `before` (untimed)
 /// ahead of each; stops early once `budget_s` of timed GPU work is spent (at least 3 runs).
-fn time(stream: &Arc<CudaStream>, reps: usize, budget_s: f64, mut before: impl FnMut() -> Result<(), String>, mut run: impl FnMut() -> Result<(), String>) -> Result<(f64, usize), String> {
+fn time(
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    budget_s: f64,
+    mut before: impl FnMut() -> Result<(), String>,
+    mut run: impl FnMut() -> Result<(), String>,
+) -> Result<(f64, usize), String> {
     let ctx = stream.context();
     let e = |x: cudarc::driver::DriverError| x.to_string();
     for _ in 0..2 {
@@ -180,6 +210,8 @@ fn time(stream: &Arc<CudaStream>, reps: usize, budget_s: f64, mut before: impl F
 #[derive(Default, Clone)]
 struct Row {
     op: String,
+    /// The kernel (size-class variant) that ran.
+    kernel: String,
     shape: String,
     dtype: String,
     dt_ms: Option<f64>,
@@ -219,12 +251,21 @@ pub fn run(opts: &Options) -> Result<(), String> {
                 compiled.insert(job.spec(), compile(&gpu, job.spec())?);
             }
             let c = &compiled[job.spec()];
-            let fid = c.program.kernel_by_name(job.kernel()).ok_or("kernel")?;
-            let kernel = c.kernels.iter().find(|k| k.name == job.kernel()).ok_or("kernel")?;
+            let args = args(job, &mut rng);
+            // The size-class variant the library runs: the first whose bounds admit the sizes.
+            let mut chosen = None;
+            for kernel in c.kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
+                let fid = c.program.kernel_by_name(&kernel.name).ok_or("kernel")?;
+                let bound = dt_core::tensor::bind(&c.program, fid, &args).map_err(|e| e.to_string())?;
+                if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
+                    chosen = Some((kernel, bound));
+                    break;
+                }
+            }
+            let (kernel, bound) = chosen.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))?;
+            row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
-            let args = args(job, &mut rng);
-            let bound = dt_core::tensor::bind(&c.program, fid, &args).map_err(|e| e.to_string())?;
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
             let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;
             let mb = job.memory_bound();
@@ -243,7 +284,13 @@ pub fn run(opts: &Options) -> Result<(), String> {
                 let n = (job.bytes() / 2.0) as usize;
                 let src: CudaSlice<u8> = stream.alloc_zeros(n).map_err(|e| e.to_string())?;
                 let mut dst: CudaSlice<u8> = stream.alloc_zeros(n).map_err(|e| e.to_string())?;
-                let (copy_ms, _) = time(&stream, opts.reps, opts.budget_s, || stream.memset_zeros(&mut flush).map_err(|e| e.to_string()), || stream.memcpy_dtod(&src, &mut dst).map_err(|e| e.to_string()))?;
+                let (copy_ms, _) = time(
+                    &stream,
+                    opts.reps,
+                    opts.budget_s,
+                    || stream.memset_zeros(&mut flush).map_err(|e| e.to_string()),
+                    || stream.memcpy_dtod(&src, &mut dst).map_err(|e| e.to_string()),
+                )?;
                 row.copy_fraction = Some(copy_ms / ms);
                 row.baselines.push(("d2d_copy".into(), Some(copy_ms), "ok (bandwidth limit)".into()));
             }
@@ -263,7 +310,12 @@ pub fn run(opts: &Options) -> Result<(), String> {
     }
     python_baselines(&selected, &mut rows, opts);
     for row in &mut rows {
-        row.best = row.baselines.iter().filter(|(n, ms, _)| ms.is_some() && n != "d2d_copy").map(|(n, ms, _)| (n.clone(), ms.unwrap_or(f64::MAX))).min_by(|a, b| a.1.total_cmp(&b.1));
+        row.best = row
+            .baselines
+            .iter()
+            .filter(|(n, ms, _)| ms.is_some() && n != "d2d_copy")
+            .map(|(n, ms, _)| (n.clone(), ms.unwrap_or(f64::MAX)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
     }
     print_table(&rows);
     if let Some(path) = &opts.json {
@@ -282,11 +334,28 @@ fn cublas_time(blas: &CudaBlas, stream: &Arc<CudaStream>, job: &Job, opts: &Opti
             let mut c: CudaSlice<$t> = stream.alloc_zeros(m * n).map_err(e)?;
             let (one, zero) = (<$t>::from_f32(1.0), <$t>::from_f32(0.0));
             // Row-major C = A B is column-major C^T = B^T A^T.
-            let cfg = GemmConfig { transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N, transb: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N, m: n as i32, n: m as i32, k: k as i32, alpha: one, lda: n as i32, ldb: k as i32, beta: zero, ldc: n as i32 };
-            time(stream, opts.reps, opts.budget_s, || Ok(()), || {
-                // SAFETY: the buffers hold m*k, k*n and m*n elements, as the configuration says.
-                unsafe { blas.gemm(cfg, &b, &a, &mut c) }.map_err(|x| x.to_string())
-            })
+            let cfg = GemmConfig {
+                transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                transb: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+                m: n as i32,
+                n: m as i32,
+                k: k as i32,
+                alpha: one,
+                lda: n as i32,
+                ldb: k as i32,
+                beta: zero,
+                ldc: n as i32,
+            };
+            time(
+                stream,
+                opts.reps,
+                opts.budget_s,
+                || Ok(()),
+                || {
+                    // SAFETY: the buffers hold m*k, k*n and m*n elements, as the configuration says.
+                    unsafe { blas.gemm(cfg, &b, &a, &mut c) }.map_err(|x| x.to_string())
+                },
+            )
             .map(|(ms, _)| ms)
         }};
     }
@@ -327,16 +396,21 @@ fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) {
     };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let shape: Vec<usize> = v["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
-        let Some(i) = jobs.iter().position(|j| j.op == v["op"] && j.dtype.name() == v["dtype"] && j.shape == shape && j.causal == v["causal"].as_bool().unwrap_or(false)) else { continue };
+        let shape: Vec<usize> =
+            v["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
+        let Some(i) = jobs.iter().position(|j| {
+            j.op == v["op"] && j.dtype.name() == v["dtype"] && j.shape == shape && j.causal == v["causal"].as_bool().unwrap_or(false)
+        }) else {
+            continue;
+        };
         let name = v["baseline"].as_str().unwrap_or("?").to_string();
         rows[i].baselines.push((name, v["ms"].as_f64(), v["status"].as_str().unwrap_or("").to_string()));
     }
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| op | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| op | kernel | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         let dt = r.dt_ms.map_or(r.status.clone(), |m| format!("{m:.3}"));
         let (best, best_ms, ratio) = match (&r.best, r.dt_ms) {
@@ -345,9 +419,20 @@ fn print_table(rows: &[Row]) {
             _ => ("-".into(), "-".into(), "-".into()),
         };
         let copy = r.copy_fraction.map_or("-".into(), |f| format!("{f:.2}"));
-        println!("| {} | {} | {} | {dt} | {} | {} | {best} | {best_ms} | {ratio} | {copy} |", r.op, r.shape, r.dtype, r.rate, r.runs);
+        println!(
+            "| {} | {} | {} | {} | {dt} | {} | {} | {best} | {best_ms} | {ratio} | {copy} |",
+            r.op, r.kernel, r.shape, r.dtype, r.rate, r.runs
+        );
     }
-    let failed: Vec<String> = rows.iter().flat_map(|r| r.baselines.iter().filter(|(_, _, s)| s.starts_with("failed")).map(move |(n, _, s)| format!("{} {} {} {n}: {s}", r.op, r.shape, r.dtype))).collect();
+    let failed: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            r.baselines
+                .iter()
+                .filter(|(_, _, s)| s.starts_with("failed"))
+                .map(move |(n, _, s)| format!("{} {} {} {n}: {s}", r.op, r.shape, r.dtype))
+        })
+        .collect();
     if !failed.is_empty() {
         println!("\nbaselines that failed:");
         for f in failed {
@@ -361,7 +446,7 @@ fn to_json(rows: &[Row]) -> String {
         .iter()
         .map(|r| {
             serde_json::json!({
-                "op": r.op, "shape": r.shape, "dtype": r.dtype, "dt_ms": r.dt_ms, "runs": r.runs, "rate": r.rate, "status": r.status,
+                "op": r.op, "kernel": r.kernel, "shape": r.shape, "dtype": r.dtype, "dt_ms": r.dt_ms, "runs": r.runs, "rate": r.rate, "status": r.status,
                 "best_baseline": r.best.as_ref().map(|b| &b.0), "best_ms": r.best.as_ref().map(|b| b.1),
                 "ratio_dt_over_best": match (&r.best, r.dt_ms) { (Some(b), Some(d)) => Some(d / b.1), _ => None },
                 "copy_fraction": r.copy_fraction,

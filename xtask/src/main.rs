@@ -48,7 +48,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
-        Command::Bench { ops, dtypes, json, reps, budget, baselines } => bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines }),
+        Command::Bench { ops, dtypes, json, reps, budget, baselines } => {
+            bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -208,12 +208,14 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     let text = match target {
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
         Target::C => {
-            let items: Vec<_> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items: Vec<_> =
+                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
             dt_codegen::emit::c::emit_file(&header(file), &items).map_err(|e| format!("{}: error: {e}", file.display()))?
         }
         Target::Cuda | Target::Hip => {
             let dialect = if matches!(target, Target::Cuda) { Dialect::Cuda } else { Dialect::Hip };
-            let items: Vec<_> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items: Vec<_> =
+                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
             dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items).map_err(|e| format!("{}: error: {e}", file.display()))?.0
         }
     };
@@ -239,7 +241,8 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
         Backend::Interp => dt_core::interp::run(&kir, &bound, p.dtype, Default::default()),
         Backend::Cpu => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
-            let src = dt_codegen::emit::c::emit_file(&header(&a.file), &[(&kir, p.dtype, symbol.clone())]).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+            let src = dt_codegen::emit::c::emit_file(&header(&a.file), &[(&kir, p.dtype, symbol.clone())])
+                .map_err(|e| format!("{}: error: {e}", a.file.display()))?;
             let dir = std::env::temp_dir().join(format!("dtc-{}", std::process::id()));
             let lib = dt_codegen::host::compile(&src, &dir, &kir.name).map_err(|e| e.to_string())?;
             let out = lib.run(&symbol, &kir, &bound, p.dtype).map_err(|e| e.to_string());
@@ -248,7 +251,8 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
         }
         Backend::Cuda => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
-            let (src, infos) = dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)]).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+            let (src, infos) = dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)])
+                .map_err(|e| format!("{}: error: {e}", a.file.display()))?;
             let gpu = dt_codegen::cuda_run::CudaRunner::new(0).map_err(|e| format!("dtc run: {e}"))?;
             let module = gpu.compile(&src).map_err(|e| format!("dtc run: {e}"))?;
             gpu.run(&module, &infos[0], &kir, &bound, p.dtype).map_err(|e| format!("dtc run: {e}"))?

@@ -216,13 +216,16 @@ impl Emitter<'_> {
             Op::Load { input, axes } => {
                 let load = format!("dt_load_{}", self.dtype.name());
                 self.for_lanes(&shape, |e, l| {
-                    let (cond, addr) = super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args->input_strides[{input}][{a}]"));
+                    let (cond, addr) =
+                        super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args->input_strides[{input}][{a}]"));
                     e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;", l.index(&shape)));
                 });
             }
             Op::Unary(u, a) => {
                 let (sa, src) = (shape_of(a), self.val(*a));
-                self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {};", l.index(&shape), unary(*u, &format!("{src}[{}]", l.index(&sa))))));
+                self.for_lanes(&shape, |e, l| {
+                    e.line(&format!("{dst}[{}] = {};", l.index(&shape), unary(*u, &format!("{src}[{}]", l.index(&sa)))))
+                });
             }
             Op::Binary(b, x, y) => {
                 let (sx, sy, vx, vy) = (shape_of(x), shape_of(y), self.val(*x), self.val(*y));
@@ -235,7 +238,13 @@ impl Emitter<'_> {
                 let (sc, sx, sy) = (shape_of(c), shape_of(x), shape_of(y));
                 let (vc, vx, vy) = (self.val(*c), self.val(*x), self.val(*y));
                 self.for_lanes(&shape, |e, l| {
-                    e.line(&format!("{dst}[{}] = {vc}[{}] != 0.0f ? {vx}[{}] : {vy}[{}];", l.index(&shape), l.index(&sc), l.index(&sx), l.index(&sy)));
+                    e.line(&format!(
+                        "{dst}[{}] = {vc}[{}] != 0.0f ? {vx}[{}] : {vy}[{}];",
+                        l.index(&shape),
+                        l.index(&sc),
+                        l.index(&sx),
+                        l.index(&sy)
+                    ));
                 });
             }
             Op::MaskFill { value, dim, fill } => {
@@ -253,7 +262,10 @@ impl Emitter<'_> {
                     let r = e.fresh("r");
                     let acc = e.fresh("a");
                     e.line(&format!("float {acc} = {id_lit};"));
-                    e.line(&format!("for (long long {r} = 0; {r} < {n}; {r}++) {acc} = {};", combine(*op, &acc, &format!("{src}[{} + {r} * {st}]", l.index(&sv)))));
+                    e.line(&format!(
+                        "for (long long {r} = 0; {r} < {n}; {r}++) {acc} = {};",
+                        combine(*op, &acc, &format!("{src}[{} + {r} * {st}]", l.index(&sv)))
+                    ));
                     e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
                 });
             }
@@ -265,7 +277,11 @@ impl Emitter<'_> {
                     let r = e.fresh("r");
                     let acc = e.fresh("a");
                     e.line(&format!("float {acc} = 0.0f;"));
-                    e.line(&format!("for (long long {r} = 0; {r} < {n}; {r}++) {acc} += {va}[{} + {r} * {ta}] * {vb}[{} + {r} * {tb}];", l.index(&sa), l.index(&sb)));
+                    e.line(&format!(
+                        "for (long long {r} = 0; {r} < {n}; {r}++) {acc} += {va}[{} + {r} * {ta}] * {vb}[{} + {r} * {tb}];",
+                        l.index(&sa),
+                        l.index(&sb)
+                    ));
                     e.line(&format!("{dst}[{}] = {acc};", l.index(&shape)));
                 });
             }

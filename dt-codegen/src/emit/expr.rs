@@ -7,7 +7,11 @@ pub fn float_lit(v: f32) -> String {
     if v.is_nan() {
         "NAN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "INFINITY".into() } else { "(-INFINITY)".into() }
+        if v > 0.0 {
+            "INFINITY".into()
+        } else {
+            "(-INFINITY)".into()
+        }
     } else {
         format!("{v:e}f")
     }

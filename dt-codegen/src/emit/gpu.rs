@@ -75,10 +75,17 @@ fn c_type(d: DType) -> &'static str {
     }
 }
 
+/// A statement that reads values: the `Let` defining a value, or an `Update` or `Store` of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    Let(ValueId),
+    Sink(ValueId),
+}
+
 /// Which operands of which statements go through shared memory, and the slots they use.
 struct Publishing {
-    /// (value, slot) pairs, by the id of the value that reads them.
-    reads: Vec<(ValueId, Vec<(ValueId, usize)>)>,
+    /// (value, slot) pairs, by the statement that reads them.
+    reads: Vec<(Reader, Vec<(ValueId, usize)>)>,
     /// Elements of each slot.
     slot_elements: Vec<usize>,
 }
@@ -86,7 +93,8 @@ struct Publishing {
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
     check_abi(k)?;
     let threads = k.num_warps * dialect.warp_size();
-    let publishing = plan_publishing(k);
+    let vector = VECTOR_BYTES / dtype.size_bytes();
+    let publishing = plan_publishing(k, threads as usize, vector);
     let mut offsets = Vec::new();
     let mut total = 0usize;
     for n in &publishing.slot_elements {
@@ -100,9 +108,25 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
             k.name
         )));
     }
-    let mut e = Emitter { k, dtype, threads, out: String::new(), depth: 1, offsets: Vec::new(), next: 0, publishing, slot_offsets: offsets };
+    let mapping = Mapping { threads: threads as usize, vector };
+    let mut e = Emitter {
+        k,
+        dtype,
+        threads,
+        mapping,
+        out: String::new(),
+        depth: 1,
+        offsets: Vec::new(),
+        next: 0,
+        publishing,
+        slot_offsets: offsets,
+    };
     let t = c_type(dtype);
-    let _ = writeln!(e.out, "/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */", k.name, k.grid.origin);
+    let _ = writeln!(
+        e.out,
+        "/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */",
+        k.name, k.grid.origin
+    );
     let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {symbol}(const dt_args args) {{");
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
@@ -124,11 +148,14 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
 }
 
 /// Assigns a shared-memory slot to every operand read under a shape other than its own.
-fn plan_publishing(k: &Kernel) -> Publishing {
+fn plan_publishing(k: &Kernel, threads: usize, vector: usize) -> Publishing {
     let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new() };
-    fn walk(k: &Kernel, stmts: &[Stmt], p: &mut Publishing) {
+    let mapping = Mapping { threads, vector };
+    let walk_ctx = (mapping, threads);
+    fn walk(k: &Kernel, stmts: &[Stmt], p: &mut Publishing, ctx: (Mapping, usize)) {
+        let (mapping, threads) = ctx;
         for s in stmts {
-            let (result, shape, operands): (ValueId, Shape, Vec<ValueId>) = match s {
+            let (result, shape, operands): (Reader, Shape, Vec<ValueId>) = match s {
                 Stmt::Let { value, op } => {
                     let shape = k.value(*value).shape.clone();
                     let ops = match op {
@@ -136,38 +163,46 @@ fn plan_publishing(k: &Kernel) -> Publishing {
                         Op::Binary(_, a, b) => vec![*a, *b],
                         Op::Select(c, a, b) => vec![*c, *a, *b],
                         // Reductions and dots read across threads: always published.
-                        Op::Reduce { value: operand, .. } => {
-                            add(p, *value, k, vec![*operand]);
-                            // Slot 1 receives the results of a cooperative reduction.
-                            if p.slot_elements.len() < 2 {
+                        Op::Reduce { value: operand, dim, .. } => {
+                            // Slot 1 receives the partial results of the threads (in registers)
+                            // or of the cooperative groups (through slot 0).
+                            let sv = &k.value(*operand).shape;
+                            let partials = match mapping.register_reduce(sv, *dim) {
+                                Some(rows) => rows * (threads / 32),
+                                None => {
+                                    add(p, Reader::Let(*value), k, vec![*operand]);
+                                    shape.elements()
+                                }
+                            };
+                            while p.slot_elements.len() < 2 {
                                 p.slot_elements.push(0);
                             }
-                            p.slot_elements[1] = p.slot_elements[1].max(shape.elements());
+                            p.slot_elements[1] = p.slot_elements[1].max(partials);
                             continue;
                         }
                         Op::Dot { a, b, .. } => {
-                            add(p, *value, k, vec![*a, *b]);
+                            add(p, Reader::Let(*value), k, vec![*a, *b]);
                             continue;
                         }
                         _ => vec![],
                     };
-                    (*value, shape, ops)
+                    (Reader::Let(*value), shape, ops)
                 }
-                Stmt::Update { var, value, .. } => (*value, k.var(*var).clone(), vec![*value]),
-                Stmt::Store { value, tile } => (*value, tile.clone(), vec![*value]),
+                Stmt::Update { var, value, .. } => (Reader::Sink(*value), k.var(*var).clone(), vec![*value]),
+                Stmt::Store { value, tile } => (Reader::Sink(*value), tile.clone(), vec![*value]),
                 Stmt::Loop(l) => {
-                    walk(k, &l.body, p);
+                    walk(k, &l.body, p, ctx);
                     continue;
                 }
                 Stmt::Init { .. } => continue,
             };
-            let cross: Vec<ValueId> = operands.into_iter().filter(|o| k.value(*o).shape != shape).collect();
+            let cross: Vec<ValueId> = operands.into_iter().filter(|o| !same_layout(&k.value(*o).shape, &shape)).collect();
             if !cross.is_empty() {
                 add(p, result, k, cross);
             }
         }
     }
-    fn add(p: &mut Publishing, reader: ValueId, k: &Kernel, ops: Vec<ValueId>) {
+    fn add(p: &mut Publishing, reader: Reader, k: &Kernel, ops: Vec<ValueId>) {
         let mut list = Vec::new();
         for (slot, o) in ops.into_iter().enumerate() {
             let n = k.value(o).shape.elements();
@@ -179,14 +214,72 @@ fn plan_publishing(k: &Kernel) -> Publishing {
         }
         p.reads.push((reader, list));
     }
-    walk(k, &k.body, &mut p);
+    walk(k, &k.body, &mut p, walk_ctx);
     p
+}
+
+/// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
+/// the same dimensions and extents once dimensions of extent 1 (which do not change the
+/// row-major index) are left out. Such an operand is read from the reader's own registers.
+fn same_layout(a: &Shape, b: &Shape) -> bool {
+    let wide = |s: &Shape| s.0.iter().filter(|(_, n)| *n > 1).copied().collect::<Vec<_>>();
+    wide(a) == wide(b)
+}
+
+/// Bytes a thread moves per vector load or store.
+const VECTOR_BYTES: usize = 16;
+
+/// Which thread holds which element of a tile. A tile of `n` elements whose count is a multiple
+/// of `threads * vector` is dealt in runs of `vector` consecutive elements, so that a thread's run
+/// along the last dimension is one 16-byte load or store: register `r` of thread `tid` holds
+/// element `((r / vector) * threads + tid) * vector + r % vector`. Any other tile is dealt one
+/// element at a time: element `tid + r * threads`. Either way consecutive threads hold
+/// consecutive elements (coalesced), and two tiles of one size share the mapping, so element-wise
+/// work between them needs no communication.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    threads: usize,
+    vector: usize,
+}
+
+impl Mapping {
+    /// Consecutive elements per run for a tile of `n` elements.
+    fn width(&self, n: usize) -> usize {
+        if self.vector > 1 && n % (self.threads * self.vector) == 0 {
+            self.vector
+        } else {
+            1
+        }
+    }
+
+    /// The element register `r` of thread `tid` holds, as a C expression.
+    fn element(&self, n: usize, r: &str) -> String {
+        let (t, v) = (self.threads, self.width(n));
+        if v == 1 {
+            format!("tid + {r} * {t}")
+        } else {
+            format!("(({r} / {v}) * {t} + tid) * {v} + {r} % {v}")
+        }
+    }
+
+    /// Whether a reduction of `shape` over `dim` can combine each thread's own registers first:
+    /// `dim` is the last dimension and each of its rows is dealt evenly over all threads, so that
+    /// registers `i * n / threads ..` of every thread hold row `i`. Returns the number of rows
+    /// (at most 32, each kept in a register of every thread).
+    fn register_reduce(&self, shape: &Shape, dim: DimId) -> Option<usize> {
+        let n = shape.extent(dim)? as usize;
+        let last = shape.0.last().map(|(d, _)| *d);
+        let rows = shape.elements() / n.max(1);
+        let ok = last == Some(dim) && n % (self.threads * self.width(shape.elements())) == 0 && rows <= 32;
+        ok.then_some(rows)
+    }
 }
 
 struct Emitter<'a> {
     k: &'a Kernel,
     dtype: DType,
     threads: u32,
+    mapping: Mapping,
     out: String,
     depth: usize,
     offsets: Vec<(DimId, String)>,
@@ -225,6 +318,11 @@ impl Emitter<'_> {
         format!("{} + {lane} < {}", self.offset(d), self.size(d))
     }
 
+    /// Whether the threads' registers hold exactly the `n` elements of a tile (none left over).
+    fn covers(&self, n: usize) -> bool {
+        n % self.threads as usize == 0
+    }
+
     fn regs(&self, n: usize) -> usize {
         n.div_ceil(self.threads as usize).max(1)
     }
@@ -237,16 +335,18 @@ impl Emitter<'_> {
     fn publish(&mut self, v: ValueId, s: usize) {
         let n = self.k.value(v).shape.elements();
         let r = self.regs(n);
-        let (t, slot) = (self.threads, self.slot(s));
+        let (e, slot) = (self.mapping.element(n, "r"), self.slot(s));
         self.line("__syncthreads();");
         self.line(unroll(r));
-        self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = tid + r * {t}; if (e < {n}) {slot}[e] = v{}[r]; }}", v.0));
+        let store = format!("{slot}[e] = v{}[r];", v.0);
+        let guarded = if self.covers(n) { store } else { format!("if (e < {n}) {store}") };
+        self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = {e}; {guarded} }}"));
         self.line("__syncthreads();");
     }
 
     /// Publishes what the statement that defines `reader` reads across threads; returns how each
     /// operand is read.
-    fn sources(&mut self, reader: ValueId, operands: &[ValueId]) -> Vec<Source> {
+    fn sources(&mut self, reader: Reader, operands: &[ValueId]) -> Vec<Source> {
         let plan = self.publishing.reads.iter().find(|(r, _)| *r == reader).map(|(_, l)| l.clone()).unwrap_or_default();
         for (o, s) in &plan {
             self.publish(*o, *s);
@@ -272,12 +372,13 @@ impl Emitter<'_> {
     fn for_owned(&mut self, shape: &Shape, body: impl FnOnce(&mut Self, &Lanes)) {
         let n = shape.elements();
         let r = self.regs(n);
-        let t = self.threads;
         self.line(unroll(r));
         self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
         self.depth += 1;
-        self.line(&format!("const int e = tid + r * {t};"));
-        self.line(&format!("if (e < {n}) {{"));
+        self.line(&format!("const int e = {};", self.mapping.element(n, "r")));
+        // Where every register holds an element, no guard: a guard makes each register's
+        // assignment conditional, which costs registers.
+        self.line(if self.covers(n) { "{" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
         self.depth += 1;
         let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
         let before = std::mem::take(&mut self.out);
@@ -319,11 +420,116 @@ impl Emitter<'_> {
         self.line(&format!("for (int i = q; i < {n}; i += {group}) p = {};", combine(op, "p", &format!("{src}[{base} + i * {st}]"))));
         self.depth -= 1;
         self.line("}");
-        self.line(&format!("for (int m = {}; m > 0; m >>= 1) p = {};", group / 2, combine(op, "p", &format!("dt_shfl_xor(p, m, {group})"))));
+        self.line(&format!(
+            "for (int m = {}; m > 0; m >>= 1) p = {};",
+            group / 2,
+            combine(op, "p", &format!("dt_shfl_xor(p, m, {group})"))
+        ));
         self.line(&format!("if (q == 0 && j < {nres}) {res}[j] = p;"));
         self.depth -= 1;
         self.line("}");
         self.line("__syncthreads();");
+    }
+
+    /// A reduction whose rows each thread holds a share of in its own registers (see
+    /// [`Mapping::register_reduce`]): each thread combines its share of every row, each warp
+    /// combines its threads' partials with shuffles (in groups of 32 lanes, which is all of a
+    /// warp on NVIDIA and half a wavefront on AMD), and the groups' partials meet in slot 1,
+    /// where the thread holding each result combines them. The tile never goes through shared
+    /// memory.
+    #[allow(clippy::too_many_arguments)]
+    fn register_reduce(&mut self, op: dt_core::algo::RedOp, src: &str, input: &Shape, dim: DimId, rows: usize, dst: &str, result: &Shape) {
+        let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize;
+        let groups = self.threads as usize / 32;
+        let (ident, red) = (float_lit(op.identity()), self.slot(1));
+        self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles, then {groups} groups of 32 */"));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("float p[{rows}];"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int i = 0; i < {rows}; i++) {{"));
+        self.depth += 1;
+        self.line(&format!("p[i] = {ident};"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int q = 0; q < {per_row}; q++) p[i] = {};", combine(op, "p[i]", &format!("{src}[i * {per_row} + q]"))));
+        self.line(&format!("for (int m = 16; m > 0; m >>= 1) p[i] = {};", combine(op, "p[i]", "dt_shfl_xor(p[i], m, 32)")));
+        self.depth -= 1;
+        self.line("}");
+        self.line("__syncthreads();");
+        self.line(&format!("if (tid % 32 == 0) {{ for (int i = 0; i < {rows}; i++) {red}[(tid / 32) * {rows} + i] = p[i]; }}"));
+        self.line("__syncthreads();");
+        self.depth -= 1;
+        self.line("}");
+        self.for_owned(result, |e, _| {
+            let acc = e.fresh("a");
+            e.line(&format!("float {acc} = {ident};"));
+            e.line(&format!("for (int g = 0; g < {groups}; g++) {acc} = {};", combine(op, &acc, &format!("{red}[g * {rows} + e]"))));
+            e.line(&format!("{dst}[r] = {acc};"));
+        });
+    }
+
+    /// The run length for 16-byte accesses to a tensor indexed along `axes` by a tile of
+    /// `shape`, if runs apply: the tile is dealt in runs (see [`Mapping`]) and a run lies along the
+    /// tensor's last axis, within one row of the tile.
+    fn vector_run(&self, shape: &Shape, axes: &[DimId]) -> Option<usize> {
+        let v = self.mapping.width(shape.elements());
+        let (last, ext) = *shape.0.last()?;
+        (v > 1 && axes.last() == Some(&last) && ext as usize % v == 0).then_some(v)
+    }
+
+    /// Loops over the runs of `v` consecutive elements of `shape` this thread holds, with the
+    /// lanes of each run's first element decoded; `body` gets the lanes and the C expression of
+    /// the run's first register.
+    fn for_runs(&mut self, shape: &Shape, v: usize, body: impl FnOnce(&mut Self, &Lanes, String)) {
+        let runs = self.regs(shape.elements()) / v;
+        let t = self.threads;
+        self.line(unroll(runs));
+        self.line(&format!("for (int c = 0; c < {runs}; c++) {{"));
+        self.depth += 1;
+        self.line(&format!("const int e = (c * {t} + tid) * {v};"));
+        let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
+        let before = std::mem::take(&mut self.out);
+        body(self, &lanes, format!("c * {v}"));
+        let inner = std::mem::replace(&mut self.out, before);
+        for ((d, ext), (_, l)) in shape.0.iter().zip(&lanes.0) {
+            if mentions(&inner, l) {
+                self.line(&format!("const int {l} = (e / {}) % {ext};", shape.stride(*d)));
+            }
+        }
+        self.out += &inner;
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// The `v` values in the 16 bytes of `uint4 q`, as f32 expressions, in memory order.
+    fn unpack_words(&self, v: usize) -> Vec<String> {
+        let word = |i: usize| ["q.x", "q.y", "q.z", "q.w"][i];
+        match self.dtype {
+            DType::F32 => (0..v).map(|j| format!("__uint_as_float({})", word(j))).collect(),
+            DType::F16 | DType::BF16 => {
+                let load = format!("dt_load_{}", self.dtype.name());
+                (0..v)
+                    .map(|j| {
+                        if j % 2 == 0 {
+                            format!("{load}((unsigned short)({} & 0xffffu))", word(j / 2))
+                        } else {
+                            format!("{load}((unsigned short)({} >> 16))", word(j / 2))
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The four 32-bit words holding registers `BASE ..` of `src` stored as the element type.
+    fn pack_words(&self, src: &str, v: usize) -> Vec<String> {
+        let store = format!("dt_store_{}", self.dtype.name());
+        match self.dtype {
+            DType::F32 => (0..v).map(|j| format!("__float_as_uint({src}[BASE + {j}])")).collect(),
+            DType::F16 | DType::BF16 => (0..v / 2)
+                .map(|w| format!("(unsigned){store}({src}[BASE + {}]) | ((unsigned){store}({src}[BASE + {}]) << 16)", 2 * w, 2 * w + 1))
+                .collect(),
+        }
     }
 
     fn declare(&mut self, name: &str, shape: &Shape) {
@@ -353,7 +559,7 @@ impl Emitter<'_> {
             }
             Stmt::Update { var, combine: how, value } => {
                 let shape = self.k.var(*var).clone();
-                let src = self.sources(*value, &[*value]);
+                let src = self.sources(Reader::Sink(*value), &[*value]);
                 let name = format!("acc{}", var.0);
                 self.for_owned(&shape, |e, l| {
                     let v = e.read(&src[0], l);
@@ -377,8 +583,33 @@ impl Emitter<'_> {
                 self.depth -= 1;
                 self.line("}");
             }
+            Stmt::Store { value, tile }
+                if same_layout(&self.k.value(*value).shape, tile) && self.vector_run(tile, &self.k.output.dims).is_some() =>
+            {
+                let dims = self.k.output.dims.clone();
+                let v = self.vector_run(tile, &dims).unwrap_or(1);
+                let stride = |a: usize| format!("args.output_strides[{a}]");
+                let last = dims.len() - 1;
+                let store = format!("dt_store_{}", self.dtype.name());
+                let src = format!("v{}", value.0);
+                let words = self.pack_words(&src, v);
+                self.for_runs(tile, v, |e, lanes, base| {
+                    let (_, addr) = super::masked_address(e.k, &dims, lanes, |d| e.offset(d), stride);
+                    let (end_ok, _) = super::masked_address(e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
+                    e.line(&format!("const long long a = {addr};"));
+                    e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
+                    let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
+                    e.line(&format!("    *(uint4*)(out + a) = make_uint4({});", words.join(", ")));
+                    e.line("} else {");
+                    for j in 0..v {
+                        let (cond, _) = super::masked_address(e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
+                        e.line(&format!("    if ({cond}) out[a + {j} * {}] = {store}({src}[{base} + {j}]);", stride(last)));
+                    }
+                    e.line("}");
+                });
+            }
             Stmt::Store { value, tile } => {
-                let src = self.sources(*value, &[*value]);
+                let src = self.sources(Reader::Sink(*value), &[*value]);
                 let out_dims = self.k.output.dims.clone();
                 let store = format!("dt_store_{}", self.dtype.name());
                 self.for_owned(tile, |e, l| {
@@ -414,16 +645,41 @@ impl Emitter<'_> {
                 let o = self.offset(*d);
                 self.for_owned(&shape, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
             }
+            Op::Load { input, axes } if self.vector_run(&shape, axes).is_some() => {
+                self.declare(&dst, &shape);
+                let v = self.vector_run(&shape, axes).unwrap_or(1);
+                let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
+                let last = axes.len() - 1;
+                let load = format!("dt_load_{}", self.dtype.name());
+                let words = self.unpack_words(v);
+                self.for_runs(&shape, v, |e, lanes, base| {
+                    let (_, addr) = super::masked_address(e.k, axes, lanes, |d| e.offset(d), stride);
+                    let (end_ok, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+                    e.line(&format!("const long long a = {addr};"));
+                    e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0) {{", stride(last)));
+                    e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
+                    for (j, w) in words.iter().enumerate() {
+                        e.line(&format!("    {dst}[{base} + {j}] = {w};"));
+                    }
+                    e.line("} else {");
+                    for j in 0..v {
+                        let (cond, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                        e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : 0.0f;", stride(last)));
+                    }
+                    e.line("}");
+                });
+            }
             Op::Load { input, axes } => {
                 self.declare(&dst, &shape);
                 let load = format!("dt_load_{}", self.dtype.name());
                 self.for_owned(&shape, |e, l| {
-                    let (cond, addr) = super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
+                    let (cond, addr) =
+                        super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
                     e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;"));
                 });
             }
             Op::Unary(u, a) => {
-                let src = self.sources(id, &[*a]);
+                let src = self.sources(Reader::Let(id), &[*a]);
                 self.declare(&dst, &shape);
                 self.for_owned(&shape, |e, l| {
                     let v = e.read(&src[0], l);
@@ -431,7 +687,7 @@ impl Emitter<'_> {
                 });
             }
             Op::Binary(b, x, y) => {
-                let src = self.sources(id, &[*x, *y]);
+                let src = self.sources(Reader::Let(id), &[*x, *y]);
                 self.declare(&dst, &shape);
                 self.for_owned(&shape, |e, l| {
                     let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
@@ -439,7 +695,7 @@ impl Emitter<'_> {
                 });
             }
             Op::Select(c, x, y) => {
-                let src = self.sources(id, &[*c, *x, *y]);
+                let src = self.sources(Reader::Let(id), &[*c, *x, *y]);
                 self.declare(&dst, &shape);
                 self.for_owned(&shape, |e, l| {
                     let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
@@ -447,7 +703,7 @@ impl Emitter<'_> {
                 });
             }
             Op::MaskFill { value, dim, fill } => {
-                let src = self.sources(id, &[*value]);
+                let src = self.sources(Reader::Let(id), &[*value]);
                 self.declare(&dst, &shape);
                 let fill = float_lit(*fill);
                 self.for_owned(&shape, |e, l| {
@@ -456,9 +712,15 @@ impl Emitter<'_> {
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
             }
+            Op::Reduce { op, value, dim } if self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some() => {
+                let sv = self.k.value(*value).shape.clone();
+                let rows = self.mapping.register_reduce(&sv, *dim).unwrap_or(1);
+                self.declare(&dst, &shape);
+                self.register_reduce(*op, &format!("v{}", value.0), &sv, *dim, rows, &dst, &shape);
+            }
             Op::Reduce { op, value, dim } => {
                 let sv = self.k.value(*value).shape.clone();
-                self.sources(id, &[*value]);
+                self.sources(Reader::Let(id), &[*value]);
                 let slot = self.slot(0);
                 self.declare(&dst, &shape);
                 let (n, st) = (sv.extent(*dim).unwrap_or(1) as usize, sv.stride(*dim));
@@ -469,7 +731,10 @@ impl Emitter<'_> {
                     self.for_owned(&shape, |e, l| {
                         let acc = e.fresh("a");
                         e.line(&format!("float {acc} = {ident};"));
-                        e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = {};", combine(*op, &acc, &format!("{slot}[{} + q * {st}]", l.index(&sv)))));
+                        e.line(&format!(
+                            "for (int q = 0; q < {n}; q++) {acc} = {};",
+                            combine(*op, &acc, &format!("{slot}[{} + q * {st}]", l.index(&sv)))
+                        ));
                         e.line(&format!("{dst}[r] = {acc};"));
                     });
                 } else {
@@ -480,14 +745,18 @@ impl Emitter<'_> {
             }
             Op::Dot { a, b, dim } => {
                 let (sa, sb) = (self.k.value(*a).shape.clone(), self.k.value(*b).shape.clone());
-                self.sources(id, &[*a, *b]);
+                self.sources(Reader::Let(id), &[*a, *b]);
                 let (s0, s1) = (self.slot(0), self.slot(1));
                 self.declare(&dst, &shape);
                 let (n, ta, tb) = (sa.extent(*dim).unwrap_or(1), sa.stride(*dim), sb.stride(*dim));
                 self.for_owned(&shape, |e, l| {
                     let acc = e.fresh("a");
                     e.line(&format!("float {acc} = 0.0f;"));
-                    e.line(&format!("for (int q = 0; q < {n}; q++) {acc} = fmaf({s0}[{} + q * {ta}], {s1}[{} + q * {tb}], {acc});", l.index(&sa), l.index(&sb)));
+                    e.line(&format!(
+                        "for (int q = 0; q < {n}; q++) {acc} = fmaf({s0}[{} + q * {ta}], {s1}[{} + q * {tb}], {acc});",
+                        l.index(&sa),
+                        l.index(&sb)
+                    ));
                     e.line(&format!("{dst}[r] = {acc};"));
                 });
             }

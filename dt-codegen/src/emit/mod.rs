@@ -126,6 +126,11 @@ impl Lanes {
         }
     }
 
+    /// The same lanes with the lane along `d` advanced by `by`.
+    pub fn shifted(&self, d: dt_core::algo::DimId, by: usize) -> Lanes {
+        Lanes(self.0.iter().map(|(x, l)| (*x, if *x == d && by > 0 { format!("({l} + {by})") } else { l.clone() })).collect())
+    }
+
     pub fn lane(&self, d: dt_core::algo::DimId) -> &str {
         self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
     }
@@ -157,7 +162,8 @@ pub(crate) fn masked_address(
     stride: impl Fn(usize) -> String,
 ) -> (String, String) {
     let conds: Vec<String> = dims.iter().map(|d| format!("{} + {} < s{}", offset(*d), lanes.lane(*d), k.dim_slot(*d))).collect();
-    let addr: Vec<String> = dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))).collect();
+    let addr: Vec<String> =
+        dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))).collect();
     let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
     let addr = if addr.is_empty() { "0".to_string() } else { addr.join(" + ") };
     (cond, addr)

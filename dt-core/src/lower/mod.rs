@@ -3,13 +3,19 @@
 //! 1. [`grid::build_grid`]: `block` and `map` become the launch grid.
 //! 2. [`nest::build_body`]: the loop nest of one program: loops from `block` and `tensorize`,
 //!    fused producers at their `fuse_at` level, reductions as masked chunk loops, the store.
-//! 3. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 3. [`single_pass::inline_single_iteration_loops`]: loops whose tile covers the dimension's
+//!    bound become straight-line code.
+//! 4. [`cse::merge_common_subexpressions`]: equal operations in one statement list (loads
+//!    included) are computed once.
+//! 5. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
+mod cse;
 mod grid;
 mod layout;
 mod nest;
+mod single_pass;
 
 use crate::algo::{FuncId, Program};
 use crate::kir::{self, Kernel, TensorParam};
@@ -57,10 +63,18 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("grid", &kernel);
     nest::build_body(p, k, &mut kernel)?;
     log("nest", &kernel);
+    single_pass::inline_single_iteration_loops(&mut kernel);
+    log("single_pass", &kernel);
+    cse::merge_common_subexpressions(&mut kernel);
+    log("cse", &kernel);
     layout::assign_layouts(&mut kernel);
     log("layout", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
-        return Err(LowerError(format!("kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported", kernel.name, kernel.max_tile_elements())));
+        return Err(LowerError(format!(
+            "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",
+            kernel.name,
+            kernel.max_tile_elements()
+        )));
     }
     Ok(kernel)
 }

@@ -95,7 +95,9 @@ impl Builder<'_> {
         let bound = self.kernel.bounds.iter().find(|(x, _)| *x == d).map(|(_, n)| *n);
         match bound {
             Some(n) if n <= super::MAX_TILE_ELEMENTS as u64 => Ok(((n as u32).next_power_of_two(), format!("{origin} bound({name}:{n})"))),
-            Some(n) => Err(LowerError(format!("bound({name}:{n}) is too large for a whole-extent tile (at most {})", super::MAX_TILE_ELEMENTS))),
+            Some(n) => {
+                Err(LowerError(format!("bound({name}:{n}) is too large for a whole-extent tile (at most {})", super::MAX_TILE_ELEMENTS)))
+            }
             None => Err(LowerError(format!("`{name}:0` needs a bound: `{name}` is not blocked"))),
         }
     }
@@ -145,7 +147,10 @@ impl Builder<'_> {
         let reads: Vec<Vec<DimId>> = expanded_reads(self.p, self.k).into_iter().filter(|(f, _)| *f == g).map(|(_, l)| l).collect();
         let Some(labels) = reads.first().cloned() else { return Ok(()) };
         if reads.iter().any(|l| *l != labels) {
-            return Err(LowerError(format!("`{}` is read under different labels; a placed Func must be read one way", self.p.func(g).name)));
+            return Err(LowerError(format!(
+                "`{}` is read under different labels; a placed Func must be read one way",
+                self.p.func(g).name
+            )));
         }
         let body = self.p.renamed_body(g, &labels);
         let v = self.expr(&body, g)?;
@@ -179,7 +184,10 @@ impl Builder<'_> {
             Expr::Read { func, index } => {
                 if let Some((_, labels, var)) = self.placed.iter().find(|(g, _, _)| g == func).cloned() {
                     if labels != *index {
-                        return Err(LowerError(format!("`{}` is read under different labels; a placed Func must be read one way", self.p.func(*func).name)));
+                        return Err(LowerError(format!(
+                            "`{}` is read under different labels; a placed Func must be read one way",
+                            self.p.func(*func).name
+                        )));
                     }
                     let shape = self.kernel.var(var).clone();
                     return Ok(self.value(shape, Op::Var(var)));
@@ -249,7 +257,8 @@ impl Builder<'_> {
     /// (a load already reads 0 there; anything else is masked explicitly).
     fn dot_operand(&mut self, e: &Expr, f: FuncId, dim: DimId) -> Result<ValueId, LowerError> {
         let v = self.expr(e, f)?;
-        let is_load = self.stmts.last().and_then(|s| s.last()).is_some_and(|s| matches!(s, Stmt::Let { value, op: Op::Load { .. } } if *value == v));
+        let is_load =
+            self.stmts.last().and_then(|s| s.last()).is_some_and(|s| matches!(s, Stmt::Let { value, op: Op::Load { .. } } if *value == v));
         if is_load {
             return Ok(v);
         }

@@ -187,7 +187,16 @@ pub fn mm_leaky_relu(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed:
     // Near 0 the two sides may pick different branches; both values are then within the
     // product's own error of 0, which the same scale covers.
     let scale = widen(&reference::matmul(&abs(&a), &abs(&b), m, n, k));
-    Case { op: "mm_leaky_relu", dtype, inputs: mm_inputs_of(a, b, m, n, k), scalars: vec![], out_shape: vec![m, n], want, scale, c: c_f32(k) }
+    Case {
+        op: "mm_leaky_relu",
+        dtype,
+        inputs: mm_inputs_of(a, b, m, n, k),
+        scalars: vec![],
+        out_shape: vec![m, n],
+        want,
+        scale,
+        c: c_f32(k),
+    }
 }
 
 pub fn softmax(rows: usize, cols: usize, dtype: DType, std: f32, seed: u64) -> Case {
@@ -234,7 +243,16 @@ pub fn layernorm(rows: usize, cols: usize, dtype: DType, std: f32, offset: f32, 
             (norm[i] as f64).abs() + (w[c] as f64).abs() * inv_std * ((x[i] as f64).abs() + mean_abs) + (b[c] as f64).abs()
         })
         .collect();
-    Case { op: "layernorm", dtype, inputs: row_inputs(x, w, b, rows, cols), scalars: vec![("eps", eps)], out_shape: vec![rows, cols], want, scale, c: c_f32(2 * cols) }
+    Case {
+        op: "layernorm",
+        dtype,
+        inputs: row_inputs(x, w, b, rows, cols),
+        scalars: vec![("eps", eps)],
+        out_shape: vec![rows, cols],
+        want,
+        scale,
+        c: c_f32(2 * cols),
+    }
 }
 
 pub fn dyt(rows: usize, cols: usize, dtype: DType, std: f32, alpha: f32, seed: u64) -> Case {
@@ -245,7 +263,16 @@ pub fn dyt(rows: usize, cols: usize, dtype: DType, std: f32, alpha: f32, seed: u
     let want = reference::dyt(&x, &w, &b, alpha, rows, cols);
     // |tanh| <= 1, so |w| + |b| bounds every term.
     let scale: Vec<f64> = (0..rows * cols).map(|i| (w[i % cols].abs() + b[i % cols].abs()) as f64).collect();
-    Case { op: "dyt", dtype, inputs: row_inputs(x, w, b, rows, cols), scalars: vec![("alpha", alpha)], out_shape: vec![rows, cols], want, scale, c: c_f32(0) }
+    Case {
+        op: "dyt",
+        dtype,
+        inputs: row_inputs(x, w, b, rows, cols),
+        scalars: vec![("alpha", alpha)],
+        out_shape: vec![rows, cols],
+        want,
+        scale,
+        c: c_f32(0),
+    }
 }
 
 /// `(batch, heads, seq_q, seq_k, d, e)`.
