@@ -16,6 +16,8 @@ def save(name, shape):
     a = r.standard_normal(shape).astype(np.float32)
     np.save(f"{d}/{name}_f32.npy", a); np.save(f"{d}/{name}_f16.npy", a.astype(np.float16))
 save("a", (133, 45)); save("b", (45, 70)); save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
+for n in (1000, 3000, 9000, 20000):  # one row length per size class of softmax and layernorm
+    save(f"x{n}", (5, n)); save(f"w{n}", (n,)); save(f"bias{n}", (n,))
 save("q", (2, 3, 77, 40)); save("k", (2, 3, 61, 40)); save("v", (2, 3, 61, 24))
 PY
 pass=0; fail=0
@@ -33,8 +35,11 @@ for tool in memcheck racecheck; do
     fd=$t; extra=(); [ $t = bf16 ] && { fd=f32; extra=(--dtype bf16); }
     run $tool matmul $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
     run $tool mm_leaky_relu $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
-    run $tool softmax $t $fd --input A=$WORK/x_$fd.npy "${extra[@]}"
-    run $tool layernorm $t $fd --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar eps=1e-5 "${extra[@]}"
+    for class in 1k:1000 4k:3000 16k:9000 any:20000; do
+      suffix=_${class%%:*}; [ $suffix = _any ] && suffix=; n=${class##*:}
+      run $tool softmax $t-softmax$suffix $fd --kernel softmax$suffix --input A=$WORK/x${n}_$fd.npy "${extra[@]}"
+      run $tool layernorm $t-layernorm$suffix $fd --kernel layernorm$suffix --input X=$WORK/x${n}_$fd.npy --input W=$WORK/w${n}_$fd.npy --input B=$WORK/bias${n}_$fd.npy --scalar eps=1e-5 "${extra[@]}"
+    done
     run $tool dyt $t $fd --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar alpha=0.7 "${extra[@]}"
     for kern in attention attention_causal; do
       q=q; [ $kern = attention_causal ] && q=k   # causal: square scores (seq_q = seq_k)

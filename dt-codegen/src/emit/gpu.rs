@@ -380,6 +380,16 @@ impl Emitter<'_> {
         // assignment conditional, which costs registers.
         self.line(if self.covers(n) { "{" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
         self.depth += 1;
+        self.with_lanes(shape, body);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// Prints `body` with the lanes of element `e` of `shape` decoded ahead of it (only the
+    /// lanes the body uses are declared).
+    fn with_lanes(&mut self, shape: &Shape, body: impl FnOnce(&mut Self, &Lanes)) {
         let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
         let before = std::mem::take(&mut self.out);
         body(self, &lanes);
@@ -390,10 +400,6 @@ impl Emitter<'_> {
             }
         }
         self.out += &inner;
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
     }
 
     /// A reduction by groups of `group` consecutive threads per result element: each thread
@@ -487,16 +493,7 @@ impl Emitter<'_> {
         self.line(&format!("for (int c = 0; c < {runs}; c++) {{"));
         self.depth += 1;
         self.line(&format!("const int e = (c * {t} + tid) * {v};"));
-        let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
-        let before = std::mem::take(&mut self.out);
-        body(self, &lanes, format!("c * {v}"));
-        let inner = std::mem::replace(&mut self.out, before);
-        for ((d, ext), (_, l)) in shape.0.iter().zip(&lanes.0) {
-            if mentions(&inner, l) {
-                self.line(&format!("const int {l} = (e / {}) % {ext};", shape.stride(*d)));
-            }
-        }
-        self.out += &inner;
+        self.with_lanes(shape, |e, lanes| body(e, lanes, format!("c * {v}")));
         self.depth -= 1;
         self.line("}");
     }
