@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -186,14 +268,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -274,10 +348,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -378,14 +448,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -497,10 +559,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -603,14 +661,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -729,14 +779,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -776,10 +818,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
@@ -901,14 +939,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -989,10 +1019,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1093,14 +1119,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -1212,10 +1230,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1318,14 +1332,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -1444,14 +1450,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -1491,10 +1489,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
@@ -1616,14 +1610,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v2[r] = a25;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -1704,10 +1690,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v8[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -1808,14 +1790,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v12[r] = a81;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -1927,10 +1901,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v21[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -2033,14 +2003,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                     v25[r] = a150;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -2159,14 +2121,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v35[r] = a186;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v33[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -2206,10 +2160,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
@@ -2367,14 +2317,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -2489,10 +2431,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -2629,14 +2567,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -2782,10 +2712,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -2924,14 +2850,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -3084,14 +3002,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -3131,10 +3041,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
@@ -3292,14 +3198,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -3414,10 +3312,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -3554,14 +3448,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -3707,10 +3593,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -3849,14 +3731,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -4009,14 +3883,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -4056,10 +3922,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
@@ -4217,14 +4079,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v5[r] = a29;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -4339,10 +4193,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v14[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -4479,14 +4329,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v21[r] = a93;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = tid + r * 256;
@@ -4632,10 +4474,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v33[r] = (dt_smem + 4096)[e];
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
@@ -4774,14 +4612,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                     v40[r] = a170;
                                 }
                             }
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = tid + r * 256; if (e < 2048) (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 256;
@@ -4934,14 +4764,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v53[r] = a210;
                             }
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = tid + r * 256; if (e < 4096) (dt_smem + 0)[e] = v51[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = tid + r * 256; if (e < 8192) (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = tid + r * 256;
@@ -4981,10 +4803,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
                         }
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
-                    __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = tid + r * 256;
