@@ -20,12 +20,10 @@ pub fn content_hash(inputs: &[&[u8]]) -> String {
         hasher.update((input.len() as u64).to_le_bytes());
         hasher.update(input);
     }
-    hasher.finalize()[..16]
-        .iter()
-        .fold(String::with_capacity(32), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    hasher.finalize()[..16].iter().fold(String::with_capacity(32), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// The artifact `name` (a file name such as `matmul.fatbin`) for `key_inputs`, in `out_dir`,
@@ -40,9 +38,7 @@ pub fn cached(
     produce: impl FnOnce(&Path) -> Result<(), CompileError>,
 ) -> Result<PathBuf, CompileError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
-        return Err(CompileError::InvalidInput(format!(
-            "cache artifact name {name:?} must be a plain file name"
-        )));
+        return Err(CompileError::InvalidInput(format!("cache artifact name {name:?} must be a plain file name")));
     }
     let hash = content_hash(key_inputs);
     let (stem, ext) = match name.rsplit_once('.') {
@@ -65,10 +61,7 @@ pub fn cached(
         return Err(e);
     }
     if !tmp.is_file() {
-        return Err(CompileError::MissingOutput {
-            command: format!("producing {name}"),
-            path: tmp,
-        });
+        return Err(CompileError::MissingOutput { command: format!("producing {name}"), path: tmp });
     }
     std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
     Ok(path)
@@ -96,27 +89,18 @@ mod tests {
         let calls = Cell::new(0);
         let produce = |p: &Path| {
             calls.set(calls.get() + 1);
-            std::fs::write(p, b"artifact").map_err(|source| CompileError::Io {
-                path: p.into(),
-                source,
-            })
+            std::fs::write(p, b"artifact").map_err(|source| CompileError::Io { path: p.into(), source })
         };
 
         let a = cached(&out, "k.fatbin", &[b"src", b"sm_80"], produce).unwrap();
         assert_eq!(calls.get(), 1);
         assert_eq!(a.parent(), Some(out.as_path()));
         let file = a.file_name().unwrap().to_str().unwrap();
-        assert!(
-            file.starts_with("k-") && file.ends_with(".fatbin") && file.len() == 2 + 32 + 7,
-            "{file}"
-        );
+        assert!(file.starts_with("k-") && file.ends_with(".fatbin") && file.len() == 2 + 32 + 7, "{file}");
         assert_eq!(std::fs::read(&a).unwrap(), b"artifact");
 
         // Same inputs: hit, no compile.
-        assert_eq!(
-            cached(&out, "k.fatbin", &[b"src", b"sm_80"], produce).unwrap(),
-            a
-        );
+        assert_eq!(cached(&out, "k.fatbin", &[b"src", b"sm_80"], produce).unwrap(), a);
         assert_eq!(calls.get(), 1);
 
         // Any changed input: miss.

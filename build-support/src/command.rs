@@ -33,12 +33,8 @@ pub fn quote(arg: &OsStr) -> String {
 /// The command line of `cmd` as one could paste it into a shell: variables it sets, the
 /// program, then the arguments, each quoted with [`quote`].
 pub fn command_line(cmd: &Command) -> String {
-    let envs = cmd
-        .get_envs()
-        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v))));
-    let words = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(quote);
+    let envs = cmd.get_envs().filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v))));
+    let words = std::iter::once(cmd.get_program()).chain(cmd.get_args()).map(quote);
     envs.chain(words).collect::<Vec<_>>().join(" ")
 }
 
@@ -59,20 +55,14 @@ pub(crate) fn run(cmd: &mut Command) -> Result<(), CompileError> {
 pub(crate) fn create_parent(out: &Path) -> Result<(), CompileError> {
     match out.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => {
-            std::fs::create_dir_all(dir).map_err(|source| CompileError::Io {
-                path: dir.to_owned(),
-                source,
-            })
+            std::fs::create_dir_all(dir).map_err(|source| CompileError::Io { path: dir.to_owned(), source })
         }
         _ => Ok(()),
     }
 }
 
 fn output(cmd: &mut Command) -> Result<std::process::Output, CompileError> {
-    let out = cmd.output().map_err(|source| CompileError::Spawn {
-        command: command_line(cmd),
-        source,
-    })?;
+    let out = cmd.output().map_err(|source| CompileError::Spawn { command: command_line(cmd), source })?;
     if out.status.success() {
         Ok(out)
     } else {
@@ -91,10 +81,7 @@ mod tests {
 
     #[test]
     fn quotes_only_what_needs_it() {
-        assert_eq!(
-            quote(OsStr::new("-gencode=arch=compute_90a,code=sm_90a")),
-            "-gencode=arch=compute_90a,code=sm_90a"
-        );
+        assert_eq!(quote(OsStr::new("-gencode=arch=compute_90a,code=sm_90a")), "-gencode=arch=compute_90a,code=sm_90a");
         assert_eq!(quote(OsStr::new("/a b/k.cu")), "'/a b/k.cu'");
         assert_eq!(quote(OsStr::new("it's")), r"'it'\''s'");
         assert_eq!(quote(OsStr::new("")), "''");
@@ -105,10 +92,7 @@ mod tests {
     fn command_line_has_env_program_and_args() {
         let mut cmd = Command::new("/usr/bin/nvcc");
         cmd.env("A", "x y").args(["-O3", "-o", "out dir/k.cubin"]);
-        assert_eq!(
-            command_line(&cmd),
-            "A='x y' /usr/bin/nvcc -O3 -o 'out dir/k.cubin'"
-        );
+        assert_eq!(command_line(&cmd), "A='x y' /usr/bin/nvcc -O3 -o 'out dir/k.cubin'");
     }
 
     #[test]
@@ -117,9 +101,7 @@ mod tests {
         cmd.arg("--version");
         let err = run(&mut cmd).unwrap_err();
         assert!(matches!(err, CompileError::Spawn { .. }));
-        assert!(err
-            .to_string()
-            .starts_with("could not run /nonexistent/dt-build-support-test/nvcc --version\n"));
+        assert!(err.to_string().starts_with("could not run /nonexistent/dt-build-support-test/nvcc --version\n"));
     }
 
     #[cfg(unix)]
@@ -129,13 +111,7 @@ mod tests {
         cmd.args(["-c", "echo 'k.cu(1): error: boom' >&2; exit 3"]);
         let err = run(&mut cmd).unwrap_err();
         let msg = err.to_string();
-        assert!(
-            msg.starts_with("command failed (exit status: 3):\n  sh -c "),
-            "{msg}"
-        );
-        assert!(
-            msg.ends_with("--- stderr ---\nk.cu(1): error: boom\n"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("command failed (exit status: 3):\n  sh -c "), "{msg}");
+        assert!(msg.ends_with("--- stderr ---\nk.cu(1): error: boom\n"), "{msg}");
     }
 }

@@ -15,23 +15,14 @@ use crate::CompileError;
 /// `compile`, or adjust it first.
 pub fn c_build() -> cc::Build {
     let mut build = cc::Build::new();
-    build
-        .opt_level(2)
-        .std("c11")
-        .warnings(true)
-        .extra_warnings(true)
-        .flag_if_supported("-Wno-unknown-pragmas");
+    build.opt_level(2).std("c11").warnings(true).extra_warnings(true).flag_if_supported("-Wno-unknown-pragmas");
     build
 }
 
 /// Compiles `sources` (with `include_dirs`) into the static library `lib_name` in OUT_DIR and
 /// prints the `cargo:rustc-link-*` lines that link it into the crate. For build scripts only:
 /// it reads Cargo's `TARGET`, `HOST` and `OUT_DIR`.
-pub fn compile_static_lib(
-    lib_name: &str,
-    sources: &[&Path],
-    include_dirs: &[&Path],
-) -> Result<(), CompileError> {
+pub fn compile_static_lib(lib_name: &str, sources: &[&Path], include_dirs: &[&Path]) -> Result<(), CompileError> {
     let mut build = c_build();
     build.files(sources).includes(include_dirs);
     build.try_compile(lib_name)?;
@@ -45,10 +36,7 @@ mod tests {
     /// The host triple, as rustc reports it (tests do not get Cargo's `TARGET`).
     fn host_triple() -> String {
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-        let out = std::process::Command::new(rustc)
-            .arg("-vV")
-            .output()
-            .unwrap();
+        let out = std::process::Command::new(rustc).arg("-vV").output().unwrap();
         String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -78,14 +66,8 @@ mod tests {
             .cargo_metadata(false)
             .cargo_warnings(false)
             .warnings_into_errors(true);
-        build
-            .try_compile("dt_test")
-            .unwrap_or_else(|e| panic!("{e}"));
-        let lib = if cfg!(target_env = "msvc") {
-            "dt_test.lib"
-        } else {
-            "libdt_test.a"
-        };
+        build.try_compile("dt_test").unwrap_or_else(|e| panic!("{e}"));
+        let lib = if cfg!(target_env = "msvc") { "dt_test.lib" } else { "libdt_test.a" };
         assert!(dir.path().join(lib).is_file());
 
         std::fs::write(&src, "void broken( {\n").unwrap();

@@ -9,12 +9,7 @@ use crate::search::ToolSearch;
 use crate::{command, ArchParseError, BuildEnv, CompileError};
 
 /// Variables that name the CUDA installation root, in the order they are tried.
-pub const CUDA_ROOT_VARS: &[&str] = &[
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDA_ROOT",
-    "CUDA_TOOLKIT_ROOT_DIR",
-];
+pub const CUDA_ROOT_VARS: &[&str] = &["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR"];
 
 /// Architectures built when neither `CUDA_COMPUTE_CAPS` nor `CUDA_COMPUTE_CAP` is set.
 pub const DEFAULT_COMPUTE_CAPS: [Arch; 2] = [Arch::new(80), Arch::with_suffix(90, 'a')];
@@ -39,18 +34,12 @@ pub struct Arch {
 impl Arch {
     /// `sm_{number}`, e.g. `Arch::new(80)` is sm_80.
     pub const fn new(number: u32) -> Self {
-        Arch {
-            number,
-            suffix: None,
-        }
+        Arch { number, suffix: None }
     }
 
     /// `sm_{number}{suffix}`, e.g. `Arch::with_suffix(90, 'a')` is sm_90a.
     pub const fn with_suffix(number: u32, suffix: char) -> Self {
-        Arch {
-            number,
-            suffix: Some(suffix),
-        }
+        Arch { number, suffix: Some(suffix) }
     }
 
     /// The compute capability times ten, e.g. 90 for sm_90a.
@@ -97,16 +86,9 @@ impl FromStr for Arch {
 
     /// Accepts `80`, `90a`, `sm_90a`, `compute_90a`, `8.6` and `9.0a`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ArchParseError {
-            value: s.to_owned(),
-            var: None,
-            expected: ARCH_EXPECTED,
-        };
+        let err = || ArchParseError { value: s.to_owned(), var: None, expected: ARCH_EXPECTED };
         let t = s.trim();
-        let t = t
-            .strip_prefix("sm_")
-            .or_else(|| t.strip_prefix("compute_"))
-            .unwrap_or(t);
+        let t = t.strip_prefix("sm_").or_else(|| t.strip_prefix("compute_")).unwrap_or(t);
         let (t, suffix) = match t.strip_suffix(['a', 'f']) {
             Some(rest) => (rest, t.chars().last()),
             None => (t, None),
@@ -133,12 +115,7 @@ pub fn find_nvcc(env: &BuildEnv) -> Option<PathBuf> {
 }
 
 fn nvcc_search() -> ToolSearch {
-    ToolSearch {
-        exe: "nvcc",
-        exe_var: "NVCC",
-        root_vars: CUDA_ROOT_VARS,
-        fixed_roots: vec![PathBuf::from("/usr/local/cuda")],
-    }
+    ToolSearch { exe: "nvcc", exe_var: "NVCC", root_vars: CUDA_ROOT_VARS, fixed_roots: vec![PathBuf::from("/usr/local/cuda")] }
 }
 
 /// The architectures to build: `CUDA_COMPUTE_CAPS` (a comma list such as `80,90a` or
@@ -163,11 +140,7 @@ pub fn parse_compute_caps(list: &str) -> Result<Vec<Arch>, ArchParseError> {
         }
     }
     if archs.is_empty() {
-        return Err(ArchParseError {
-            value: list.to_owned(),
-            var: None,
-            expected: ARCH_EXPECTED,
-        });
+        return Err(ArchParseError { value: list.to_owned(), var: None, expected: ARCH_EXPECTED });
     }
     Ok(archs)
 }
@@ -195,77 +168,29 @@ fn gencode_sass(arch: Arch) -> String {
 
 /// Compiles `src` into the fatbin `out` for `archs` (see [`fatbin_gencode_flags`]), with
 /// [`NVCC_FLAGS`] and then `extra_flags`.
-pub fn compile_fatbin(
-    nvcc: &Path,
-    src: &Path,
-    out: &Path,
-    archs: &[Arch],
-    extra_flags: &[&str],
-) -> Result<(), CompileError> {
+pub fn compile_fatbin(nvcc: &Path, src: &Path, out: &Path, archs: &[Arch], extra_flags: &[&str]) -> Result<(), CompileError> {
     if archs.is_empty() {
-        return Err(CompileError::InvalidInput(format!(
-            "no CUDA architecture to compile {} for",
-            src.display()
-        )));
+        return Err(CompileError::InvalidInput(format!("no CUDA architecture to compile {} for", src.display())));
     }
-    nvcc_compile(
-        nvcc,
-        "--fatbin",
-        &fatbin_gencode_flags(archs),
-        src,
-        out,
-        extra_flags,
-    )
+    nvcc_compile(nvcc, "--fatbin", &fatbin_gencode_flags(archs), src, out, extra_flags)
 }
 
 /// Compiles `src` into the cubin `out` for the one architecture `arch` (SASS only). Used to
 /// check that generated code compiles, and for loading on a known GPU.
-pub fn compile_cubin(
-    nvcc: &Path,
-    src: &Path,
-    out: &Path,
-    arch: Arch,
-    extra_flags: &[&str],
-) -> Result<(), CompileError> {
-    nvcc_compile(
-        nvcc,
-        "--cubin",
-        &[gencode_sass(arch)],
-        src,
-        out,
-        extra_flags,
-    )
+pub fn compile_cubin(nvcc: &Path, src: &Path, out: &Path, arch: Arch, extra_flags: &[&str]) -> Result<(), CompileError> {
+    nvcc_compile(nvcc, "--cubin", &[gencode_sass(arch)], src, out, extra_flags)
 }
 
 /// Compiles `src` into the PTX file `out` for the virtual architecture of `arch`.
-pub fn compile_ptx(
-    nvcc: &Path,
-    src: &Path,
-    out: &Path,
-    arch: Arch,
-    extra_flags: &[&str],
-) -> Result<(), CompileError> {
+pub fn compile_ptx(nvcc: &Path, src: &Path, out: &Path, arch: Arch, extra_flags: &[&str]) -> Result<(), CompileError> {
     let gencode = format!("-gencode=arch={0},code={0}", arch.compute());
     nvcc_compile(nvcc, "--ptx", &[gencode], src, out, extra_flags)
 }
 
-fn nvcc_compile(
-    nvcc: &Path,
-    mode: &str,
-    gencode: &[String],
-    src: &Path,
-    out: &Path,
-    extra_flags: &[&str],
-) -> Result<(), CompileError> {
+fn nvcc_compile(nvcc: &Path, mode: &str, gencode: &[String], src: &Path, out: &Path, extra_flags: &[&str]) -> Result<(), CompileError> {
     command::create_parent(out)?;
     let mut cmd = Command::new(nvcc);
-    cmd.arg(mode)
-        .args(NVCC_FLAGS)
-        .args(gencode)
-        .args(extra_flags)
-        .arg("-o")
-        .arg(out)
-        .arg(src);
+    cmd.arg(mode).args(NVCC_FLAGS).args(gencode).args(extra_flags).arg("-o").arg(out).arg(src);
     command::run(&mut cmd)
 }
 
@@ -274,11 +199,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Vec<String> {
-        parse_compute_caps(s)
-            .unwrap()
-            .iter()
-            .map(|a| a.sm())
-            .collect()
+        parse_compute_caps(s).unwrap().iter().map(|a| a.sm()).collect()
     }
 
     #[test]
@@ -308,10 +229,7 @@ mod tests {
         let (r, _) = caps(&[("CUDA_COMPUTE_CAP", "86")]);
         assert_eq!(r.unwrap(), [Arch::new(86)]);
 
-        let (r, read) = caps(&[
-            ("CUDA_COMPUTE_CAPS", "sm_80,sm_90a"),
-            ("CUDA_COMPUTE_CAP", "86"),
-        ]);
+        let (r, read) = caps(&[("CUDA_COMPUTE_CAPS", "sm_80,sm_90a"), ("CUDA_COMPUTE_CAP", "86")]);
         assert_eq!(r.unwrap(), [Arch::new(80), Arch::with_suffix(90, 'a')]);
         assert_eq!(read, ["CUDA_COMPUTE_CAPS"]);
 
@@ -328,11 +246,7 @@ mod tests {
     fn fatbin_flags_use_gencode_and_ptx_of_highest_portable_arch() {
         assert_eq!(
             fatbin_gencode_flags(&DEFAULT_COMPUTE_CAPS),
-            [
-                "-gencode=arch=compute_80,code=sm_80",
-                "-gencode=arch=compute_90a,code=sm_90a",
-                "-gencode=arch=compute_80,code=compute_80",
-            ]
+            ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a", "-gencode=arch=compute_80,code=compute_80",]
         );
         assert_eq!(
             fatbin_gencode_flags(&parse_compute_caps("90,86,80,86").unwrap()),
@@ -343,10 +257,7 @@ mod tests {
                 "-gencode=arch=compute_90,code=compute_90",
             ]
         );
-        assert_eq!(
-            fatbin_gencode_flags(&[Arch::with_suffix(90, 'a')]),
-            ["-gencode=arch=compute_90a,code=sm_90a"]
-        );
+        assert_eq!(fatbin_gencode_flags(&[Arch::with_suffix(90, 'a')]), ["-gencode=arch=compute_90a,code=sm_90a"]);
     }
 
     #[cfg(unix)]
@@ -354,20 +265,11 @@ mod tests {
         use super::super::*;
         use crate::search::tests::fake_tool;
 
-        const CUDA_VARS: [&str; 5] = [
-            "NVCC",
-            "CUDA_HOME",
-            "CUDA_PATH",
-            "CUDA_ROOT",
-            "CUDA_TOOLKIT_ROOT_DIR",
-        ];
+        const CUDA_VARS: [&str; 5] = ["NVCC", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR"];
 
         /// A search whose fixed root is under `dir`, so the machine's own CUDA cannot interfere.
         fn search_in(dir: &Path) -> ToolSearch {
-            ToolSearch {
-                fixed_roots: vec![dir.join("usr-local-cuda")],
-                ..nvcc_search()
-            }
+            ToolSearch { fixed_roots: vec![dir.join("usr-local-cuda")], ..nvcc_search() }
         }
 
         #[test]
@@ -375,10 +277,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let d = dir.path();
             // One installation per source, each with its own nvcc.
-            let nvcc: Vec<PathBuf> = CUDA_VARS
-                .iter()
-                .map(|v| fake_tool(&d.join(v), "nvcc", "exit 0"))
-                .collect();
+            let nvcc: Vec<PathBuf> = CUDA_VARS.iter().map(|v| fake_tool(&d.join(v), "nvcc", "exit 0")).collect();
             let fixed = fake_tool(&d.join("usr-local-cuda"), "nvcc", "exit 0");
             let on_path = fake_tool(&d.join("path"), "nvcc", "exit 0");
             let value = |i: usize| -> PathBuf {
@@ -392,16 +291,11 @@ mod tests {
 
             // With sources 0..n all set, the first one wins; drop them one by one.
             for first in 0..CUDA_VARS.len() {
-                let mut pairs: Vec<(String, std::ffi::OsString)> = (first..CUDA_VARS.len())
-                    .map(|i| (CUDA_VARS[i].to_owned(), value(i).into_os_string()))
-                    .collect();
+                let mut pairs: Vec<(String, std::ffi::OsString)> =
+                    (first..CUDA_VARS.len()).map(|i| (CUDA_VARS[i].to_owned(), value(i).into_os_string())).collect();
                 pairs.push(("PATH".into(), path_var.clone()));
                 let env = BuildEnv::from_pairs(pairs);
-                assert_eq!(
-                    search_in(d).find(&env).as_ref(),
-                    Some(&nvcc[first]),
-                    "first = {first}"
-                );
+                assert_eq!(search_in(d).find(&env).as_ref(), Some(&nvcc[first]), "first = {first}");
                 // Variables after the hit are not read: they cannot change the result.
                 assert_eq!(env.vars_read(), CUDA_VARS[..=first]);
             }
@@ -416,9 +310,7 @@ mod tests {
             let mut all: Vec<&str> = CUDA_VARS.to_vec();
             all.push("PATH");
             assert_eq!(env.vars_read(), all);
-            assert!(env
-                .rerun_if_env_changed_lines()
-                .contains("cargo:rerun-if-env-changed=CUDA_TOOLKIT_ROOT_DIR\n"));
+            assert!(env.rerun_if_env_changed_lines().contains("cargo:rerun-if-env-changed=CUDA_TOOLKIT_ROOT_DIR\n"));
 
             // Broken settings fall through; a bare NVCC name is looked up on PATH.
             let env = BuildEnv::from_pairs([
@@ -427,17 +319,11 @@ mod tests {
                 ("PATH", path_var.clone()),
             ]);
             assert_eq!(search_in(d).find(&env), Some(on_path.clone()));
-            let env = BuildEnv::from_pairs([
-                ("NVCC", "nvcc".into()),
-                ("CUDA_HOME", d.join("CUDA_HOME").into_os_string()),
-                ("PATH", path_var),
-            ]);
+            let env =
+                BuildEnv::from_pairs([("NVCC", "nvcc".into()), ("CUDA_HOME", d.join("CUDA_HOME").into_os_string()), ("PATH", path_var)]);
             assert_eq!(search_in(d).find(&env), Some(on_path));
 
-            assert_eq!(
-                search_in(d).find(&BuildEnv::from_pairs::<&str, &str>([])),
-                None
-            );
+            assert_eq!(search_in(d).find(&BuildEnv::from_pairs::<&str, &str>([])), None);
         }
 
         /// A fake nvcc that writes its arguments into the file after `-o`, or fails like nvcc
@@ -477,14 +363,12 @@ printf '%s\n' "$@" > "$out""#;
 
             let cubin = dir.path().join("k.cubin");
             compile_cubin(&nvcc, &src, &cubin, Arch::with_suffix(90, 'a'), &[]).unwrap();
-            assert!(std::fs::read_to_string(&cubin).unwrap().starts_with(
-                "--cubin\n-O3\n-std=c++17\n-gencode=arch=compute_90a,code=sm_90a\n-o\n"
-            ));
+            assert!(std::fs::read_to_string(&cubin)
+                .unwrap()
+                .starts_with("--cubin\n-O3\n-std=c++17\n-gencode=arch=compute_90a,code=sm_90a\n-o\n"));
             let ptx = dir.path().join("k.ptx");
             compile_ptx(&nvcc, &src, &ptx, Arch::new(80), &[]).unwrap();
-            assert!(std::fs::read_to_string(&ptx)
-                .unwrap()
-                .contains("\n-gencode=arch=compute_80,code=compute_80\n"));
+            assert!(std::fs::read_to_string(&ptx).unwrap().contains("\n-gencode=arch=compute_80,code=compute_80\n"));
 
             let err = compile_fatbin(&nvcc, &src, &out, &[], &[]).unwrap_err();
             assert!(matches!(err, CompileError::InvalidInput(_)), "{err}");
@@ -501,10 +385,7 @@ printf '%s\n' "$@" > "$out""#;
             assert!(!command.contains('\''), "temp dir needs no quoting");
             assert_eq!(
                 msg,
-                format!(
-                    "command failed (exit status: 1):\n  {command}\n--- stderr ---\n{}(1): error: expected a \";\"\n",
-                    src.display()
-                )
+                format!("command failed (exit status: 1):\n  {command}\n--- stderr ---\n{}(1): error: expected a \";\"\n", src.display())
             );
         }
     }
@@ -531,8 +412,7 @@ printf '%s\n' "$@" > "$out""#;
         compile_cubin(&nvcc, &src, &cubin, Arch::new(80), &[]).unwrap_or_else(|e| panic!("{e}"));
         assert!(std::fs::read(&cubin).unwrap().starts_with(b"\x7fELF"));
         let fatbin = dir.path().join("k.fatbin");
-        compile_fatbin(&nvcc, &src, &fatbin, &DEFAULT_COMPUTE_CAPS, &[])
-            .unwrap_or_else(|e| panic!("{e}"));
+        compile_fatbin(&nvcc, &src, &fatbin, &DEFAULT_COMPUTE_CAPS, &[]).unwrap_or_else(|e| panic!("{e}"));
         assert!(std::fs::metadata(&fatbin).unwrap().len() > 0);
     }
 }

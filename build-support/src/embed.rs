@@ -37,8 +37,7 @@ impl EmbedModule {
     pub fn str(&mut self, name: &str, path: &Path) -> io::Result<&mut Self> {
         check_name(name)?;
         let lit = path_literal(path)?;
-        self.text
-            .push_str(&format!("pub static {name}: &str = include_str!({lit});\n"));
+        self.text.push_str(&format!("pub static {name}: &str = include_str!({lit});\n"));
         Ok(self)
     }
 
@@ -65,10 +64,7 @@ impl EmbedModule {
 
 fn check_name(name: &str) -> io::Result<()> {
     let mut chars = name.chars();
-    let ok = chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
+    let ok = chars.next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic()) && chars.all(|c| c == '_' || c.is_ascii_alphanumeric());
     if ok {
         Ok(())
     } else {
@@ -80,14 +76,9 @@ fn check_name(name: &str) -> io::Result<()> {
 /// so only absolute ones are accepted.
 fn path_literal(path: &Path) -> io::Result<String> {
     if !path.is_absolute() {
-        return Err(invalid(format!(
-            "{} is not an absolute path",
-            path.display()
-        )));
+        return Err(invalid(format!("{} is not an absolute path", path.display())));
     }
-    let s = path
-        .to_str()
-        .ok_or_else(|| invalid(format!("{} is not UTF-8", path.display())))?;
+    let s = path.to_str().ok_or_else(|| invalid(format!("{} is not UTF-8", path.display())))?;
     // Debug formatting of a str is a valid Rust string literal.
     Ok(format!("{s:?}"))
 }
@@ -105,11 +96,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("k \"1\".fatbin");
         let mut m = EmbedModule::new();
-        m.bytes("K_FATBIN", &bin)
-            .unwrap()
-            .str("K_CU", &dir.path().join("k.cu"))
-            .unwrap()
-            .item("pub const HAS_FATBIN: bool = true;");
+        m.bytes("K_FATBIN", &bin).unwrap().str("K_CU", &dir.path().join("k.cu")).unwrap().item("pub const HAS_FATBIN: bool = true;");
         let text = m.as_str();
         let lit = format!("{:?}", bin.to_str().unwrap());
         assert!(lit.contains("\\\""));
@@ -150,29 +137,12 @@ mod tests {
         .unwrap();
         let sum: u64 = data.iter().map(|&b| b as u64).sum();
         let main = std::fs::read_to_string(d.join("main.rs")).unwrap();
-        std::fs::write(
-            d.join("main.rs"),
-            format!("const EXPECTED_SUM: u64 = {sum};\n{main}"),
-        )
-        .unwrap();
+        std::fs::write(d.join("main.rs"), format!("const EXPECTED_SUM: u64 = {sum};\n{main}")).unwrap();
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
         let exe = d.join("check");
-        let out = std::process::Command::new(rustc)
-            .args(["--edition", "2021", "-o"])
-            .arg(&exe)
-            .arg(d.join("main.rs"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = std::process::Command::new(rustc).args(["--edition", "2021", "-o"]).arg(&exe).arg(d.join("main.rs")).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let run = std::process::Command::new(&exe).output().unwrap();
-        assert!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     }
 }

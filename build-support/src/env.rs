@@ -27,10 +27,7 @@ impl BuildEnv {
 
     /// Reads variables through `lookup`.
     pub fn from_fn(lookup: impl Fn(&str) -> Option<OsString> + 'static) -> Self {
-        BuildEnv {
-            lookup: Box::new(lookup),
-            read: RefCell::new(Vec::new()),
-        }
+        BuildEnv { lookup: Box::new(lookup), read: RefCell::new(Vec::new()) }
     }
 
     /// Reads variables from a fixed list of pairs; every other variable is unset.
@@ -39,10 +36,7 @@ impl BuildEnv {
         K: Into<String>,
         V: Into<OsString>,
     {
-        let map: HashMap<String, OsString> = pairs
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
+        let map: HashMap<String, OsString> = pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
         Self::from_fn(move |name| map.get(name).cloned())
     }
 
@@ -70,11 +64,7 @@ impl BuildEnv {
 
     /// One `cargo:rerun-if-env-changed=NAME` line (with its newline) per variable read so far.
     pub fn rerun_if_env_changed_lines(&self) -> String {
-        self.read
-            .borrow()
-            .iter()
-            .map(|name| format!("cargo:rerun-if-env-changed={name}\n"))
-            .collect()
+        self.read.borrow().iter().map(|name| format!("cargo:rerun-if-env-changed={name}\n")).collect()
     }
 
     /// Prints [`BuildEnv::rerun_if_env_changed_lines`] to stdout, where Cargo reads them.
@@ -92,9 +82,7 @@ impl Default for BuildEnv {
 
 impl fmt::Debug for BuildEnv {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BuildEnv")
-            .field("vars_read", &self.read.borrow())
-            .finish_non_exhaustive()
+        f.debug_struct("BuildEnv").field("vars_read", &self.read.borrow()).finish_non_exhaustive()
     }
 }
 

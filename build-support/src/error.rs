@@ -115,16 +115,8 @@ mod tests {
             stderr: String::new(),
         };
         assert!(e.to_string().contains("--- stdout ---\nk.c: error C2065\n"));
-        let silent = CompileError::Failed {
-            command: "x".into(),
-            status: "signal: 9".into(),
-            stdout: String::new(),
-            stderr: " \n".into(),
-        };
-        assert_eq!(
-            silent.to_string(),
-            "command failed (signal: 9):\n  x\n(no output)\n"
-        );
+        let silent = CompileError::Failed { command: "x".into(), status: "signal: 9".into(), stdout: String::new(), stderr: " \n".into() };
+        assert_eq!(silent.to_string(), "command failed (signal: 9):\n  x\n(no output)\n");
     }
 
     #[test]
@@ -133,22 +125,9 @@ mod tests {
             command: "/no/nvcc --version".into(),
             source: io::Error::new(io::ErrorKind::NotFound, "No such file or directory"),
         };
-        assert_eq!(
-            e.to_string(),
-            "could not run /no/nvcc --version\n  No such file or directory"
-        );
-        let a = ArchParseError {
-            value: "sm_8x".into(),
-            var: None,
-            expected: "e.g. 80",
-        };
-        assert_eq!(
-            a.to_string(),
-            "invalid architecture \"sm_8x\": expected e.g. 80"
-        );
-        assert_eq!(
-            a.in_var("CUDA_COMPUTE_CAPS").to_string(),
-            "invalid architecture \"sm_8x\" in CUDA_COMPUTE_CAPS: expected e.g. 80"
-        );
+        assert_eq!(e.to_string(), "could not run /no/nvcc --version\n  No such file or directory");
+        let a = ArchParseError { value: "sm_8x".into(), var: None, expected: "e.g. 80" };
+        assert_eq!(a.to_string(), "invalid architecture \"sm_8x\": expected e.g. 80");
+        assert_eq!(a.in_var("CUDA_COMPUTE_CAPS").to_string(), "invalid architecture \"sm_8x\" in CUDA_COMPUTE_CAPS: expected e.g. 80");
     }
 }

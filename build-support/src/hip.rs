@@ -23,13 +23,7 @@ extern \"C\" __global__ void dt_probe(float* x) { x[threadIdx.x] += 1.0f; }\n";
 /// `$ROCM_PATH/bin/hipcc`, then `/opt/rocm/bin/hipcc`, then `PATH`. Records in `env` every
 /// variable read.
 pub fn find_hipcc(env: &BuildEnv) -> Option<PathBuf> {
-    ToolSearch {
-        exe: "hipcc",
-        exe_var: "HIPCC",
-        root_vars: &["ROCM_PATH"],
-        fixed_roots: vec![PathBuf::from("/opt/rocm")],
-    }
-    .find(env)
+    ToolSearch { exe: "hipcc", exe_var: "HIPCC", root_vars: &["ROCM_PATH"], fixed_roots: vec![PathBuf::from("/opt/rocm")] }.find(env)
 }
 
 /// The architectures to build: `HIP_ARCHS` (a comma list), else [`DEFAULT_HIP_ARCHS`].
@@ -50,49 +44,27 @@ pub fn parse_hip_archs(list: &str) -> Result<Vec<String>, ArchParseError> {
             let (name, features) = rest.split_once(':').unwrap_or((rest, ""));
             !name.is_empty()
                 && name.bytes().all(|b| b.is_ascii_alphanumeric())
-                && features
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"+-:".contains(&b))
+                && features.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-:".contains(&b))
         });
         if !valid {
-            return Err(ArchParseError {
-                value: entry.to_owned(),
-                var: None,
-                expected: ARCH_EXPECTED,
-            });
+            return Err(ArchParseError { value: entry.to_owned(), var: None, expected: ARCH_EXPECTED });
         }
         if !archs.iter().any(|a| a == entry) {
             archs.push(entry.to_owned());
         }
     }
     if archs.is_empty() {
-        return Err(ArchParseError {
-            value: list.to_owned(),
-            var: None,
-            expected: ARCH_EXPECTED,
-        });
+        return Err(ArchParseError { value: list.to_owned(), var: None, expected: ARCH_EXPECTED });
     }
     Ok(archs)
 }
 
 /// Compiles `src` into the code object `out` for `arch`:
 /// `hipcc --genco --offload-arch=ARCH` with [`HIPCC_FLAGS`] and then `extra_flags`.
-pub fn compile_code_object(
-    hipcc: &Path,
-    src: &Path,
-    out: &Path,
-    arch: &str,
-    extra_flags: &[&str],
-) -> Result<(), CompileError> {
+pub fn compile_code_object(hipcc: &Path, src: &Path, out: &Path, arch: &str, extra_flags: &[&str]) -> Result<(), CompileError> {
     command::create_parent(out)?;
     let mut cmd = Command::new(hipcc);
-    cmd.arg("--genco")
-        .arg(format!("--offload-arch={arch}"))
-        .args(HIPCC_FLAGS)
-        .args(extra_flags)
-        .arg("-o")
-        .arg(out)
-        .arg(src);
+    cmd.arg("--genco").arg(format!("--offload-arch={arch}")).args(HIPCC_FLAGS).args(extra_flags).arg("-o").arg(out).arg(src);
     command::run(&mut cmd)
 }
 
@@ -103,11 +75,7 @@ pub fn compile_code_object(
 /// Each answer is cached in `work_dir` (use OUT_DIR) under a name that hashes the hipcc version
 /// and the architecture, so reruns of the build script do not probe again. Fails only when
 /// hipcc cannot be run at all or `work_dir` cannot be written.
-pub fn supported_archs<S: AsRef<str>>(
-    hipcc: &Path,
-    candidates: &[S],
-    work_dir: &Path,
-) -> Result<(Vec<String>, Vec<String>), CompileError> {
+pub fn supported_archs<S: AsRef<str>>(hipcc: &Path, candidates: &[S], work_dir: &Path) -> Result<(Vec<String>, Vec<String>), CompileError> {
     let version = command::version(hipcc)?;
     let io_err = |path: &Path| {
         let path = path.to_owned();
@@ -121,12 +89,8 @@ pub fn supported_archs<S: AsRef<str>>(
     }
 
     let probe = |arch: &str| -> Result<bool, CompileError> {
-        let key =
-            cache::content_hash(&[version.as_bytes(), arch.as_bytes(), PROBE_SOURCE.as_bytes()]);
-        let safe: String = arch
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
+        let key = cache::content_hash(&[version.as_bytes(), arch.as_bytes(), PROBE_SOURCE.as_bytes()]);
+        let safe: String = arch.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let marker = probe_dir.join(format!("{safe}-{key}.result"));
         match std::fs::read_to_string(&marker).as_deref() {
             Ok("supported") => return Ok(true),
@@ -140,11 +104,7 @@ pub fn supported_archs<S: AsRef<str>>(
             Err(e) => return Err(e),
         };
         let _ = std::fs::remove_file(&out);
-        let answer = if supported {
-            "supported"
-        } else {
-            "unsupported"
-        };
+        let answer = if supported { "supported" } else { "unsupported" };
         std::fs::write(&marker, answer).map_err(io_err(&marker))?;
         Ok(supported)
     };
@@ -158,10 +118,7 @@ pub fn supported_archs<S: AsRef<str>>(
                 s.spawn(move || probe(arch))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("probe thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("probe thread panicked")).collect()
     });
     let (mut supported, mut unsupported) = (Vec::new(), Vec::new());
     for (arch, answer) in candidates.iter().zip(answers) {
@@ -181,10 +138,7 @@ mod tests {
 
     #[test]
     fn parses_hip_archs() {
-        assert_eq!(
-            parse_hip_archs("gfx90a, gfx942,gfx90a").unwrap(),
-            ["gfx90a", "gfx942"]
-        );
+        assert_eq!(parse_hip_archs("gfx90a, gfx942,gfx90a").unwrap(), ["gfx90a", "gfx942"]);
         assert_eq!(parse_hip_archs("gfx90a:xnack+").unwrap(), ["gfx90a:xnack+"]);
         for bad in ["", "sm_80", "gfx", "gfx90a;x", "90a"] {
             assert!(parse_hip_archs(bad).is_err(), "{bad:?} parsed");
@@ -195,10 +149,7 @@ mod tests {
         let env = BuildEnv::from_pairs([("HIP_ARCHS", "gfx1100")]);
         assert_eq!(hip_archs(&env).unwrap(), ["gfx1100"]);
         let env = BuildEnv::from_pairs([("HIP_ARCHS", "sm_90")]);
-        assert!(hip_archs(&env)
-            .unwrap_err()
-            .to_string()
-            .contains("in HIP_ARCHS"));
+        assert!(hip_archs(&env).unwrap_err().to_string().contains("in HIP_ARCHS"));
     }
 
     #[cfg(unix)]
@@ -220,10 +171,7 @@ mod tests {
         ]);
         assert_eq!(find_hipcc(&env), Some(explicit));
         assert_eq!(env.vars_read(), ["HIPCC"]);
-        let env = BuildEnv::from_pairs([
-            ("ROCM_PATH", d.join("rocm").into_os_string()),
-            ("PATH", path.clone()),
-        ]);
+        let env = BuildEnv::from_pairs([("ROCM_PATH", d.join("rocm").into_os_string()), ("PATH", path.clone())]);
         assert_eq!(find_hipcc(&env), Some(rocm));
         if no_opt_rocm {
             let env = BuildEnv::from_pairs([("PATH", path)]);
@@ -252,30 +200,14 @@ for a in "$@"; do if [ "$prev" = -o ]; then echo obj > "$a"; fi; prev="$a"; done
         let hipcc = fake_tool(dir.path(), "hipcc", &script);
         let work = dir.path().join("out");
         let candidates = ["gfx90a", "gfx1200", "gfx942", "gfx90a:xnack+"];
-        let expected = (
-            vec!["gfx90a".to_owned(), "gfx942".to_owned()],
-            vec!["gfx1200".to_owned(), "gfx90a:xnack+".to_owned()],
-        );
-        assert_eq!(
-            supported_archs(&hipcc, &candidates, &work).unwrap(),
-            expected
-        );
+        let expected = (vec!["gfx90a".to_owned(), "gfx942".to_owned()], vec!["gfx1200".to_owned(), "gfx90a:xnack+".to_owned()]);
+        assert_eq!(supported_archs(&hipcc, &candidates, &work).unwrap(), expected);
         let probes = std::fs::read_to_string(&log).unwrap().lines().count();
         assert_eq!(probes, 4);
-        assert_eq!(
-            supported_archs(&hipcc, &candidates, &work).unwrap(),
-            expected
-        );
-        assert_eq!(
-            std::fs::read_to_string(&log).unwrap().lines().count(),
-            4,
-            "probed again"
-        );
+        assert_eq!(supported_archs(&hipcc, &candidates, &work).unwrap(), expected);
+        assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 4, "probed again");
 
         let missing = dir.path().join("no-hipcc");
-        assert!(matches!(
-            supported_archs(&missing, &candidates, &work),
-            Err(CompileError::Spawn { .. })
-        ));
+        assert!(matches!(supported_archs(&missing, &candidates, &work), Err(CompileError::Spawn { .. })));
     }
 }

@@ -55,9 +55,7 @@ impl ToolSearch {
 
 fn on_path(env: &BuildEnv, file_name: &str) -> Option<PathBuf> {
     let path = env.var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(file_name))
-        .find(|candidate| is_executable(candidate))
+    std::env::split_paths(&path).map(|dir| dir.join(file_name)).find(|candidate| is_executable(candidate))
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -99,17 +97,9 @@ pub(crate) mod tests {
         std::fs::create_dir_all(plain.parent().unwrap()).unwrap();
         std::fs::write(&plain, "not executable").unwrap();
         let good = fake_tool(&dir.path().join("c"), "tool", "exit 0");
-        let search = ToolSearch {
-            exe: "tool",
-            exe_var: "TOOL",
-            root_vars: &["ROOT_A", "ROOT_B", "ROOT_C"],
-            fixed_roots: vec![],
-        };
-        let env = BuildEnv::from_pairs([
-            ("ROOT_A", dir.path().join("a")),
-            ("ROOT_B", dir.path().join("b")),
-            ("ROOT_C", dir.path().join("c")),
-        ]);
+        let search = ToolSearch { exe: "tool", exe_var: "TOOL", root_vars: &["ROOT_A", "ROOT_B", "ROOT_C"], fixed_roots: vec![] };
+        let env =
+            BuildEnv::from_pairs([("ROOT_A", dir.path().join("a")), ("ROOT_B", dir.path().join("b")), ("ROOT_C", dir.path().join("c"))]);
         assert_eq!(search.find(&env), Some(good));
     }
 }

@@ -23,6 +23,7 @@ const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/softmax_fused.dt",
     "dt-codegen/tests/specs/matmul_grouped.dt",
     "dt-codegen/tests/specs/swish.dt",
+    "dt-codegen/tests/specs/matmul_mma.dt",
 ];
 
 /// Random schedules per spec, besides its own.
@@ -31,7 +32,8 @@ const RANDOM_SCHEDULES: usize = 6;
 const SIZE_DRAWS: usize = 3;
 
 fn draw_sizes(p: &dt_core::algo::Program, rng: &mut Rng) -> Vec<usize> {
-    const SPECIAL: &[usize] = &[1, 2, 3, 7, 13, 31, 63, 65, 127, 129, 257, 300, 1000, 1025];
+    // Multiples of 8 that no tile divides, too, so that 16-byte copies meet partial tiles.
+    const SPECIAL: &[usize] = &[1, 2, 3, 7, 8, 13, 24, 31, 63, 65, 127, 129, 136, 257, 264, 300, 520, 1000, 1025];
     let mut sizes: Vec<usize> =
         (0..p.dims.len()).map(|_| if rng.chance(60) { rng.pick(SPECIAL) } else { 1 + rng.below(600) as usize }).collect();
     while sizes.iter().product::<usize>() > 1 << 22 {
@@ -104,4 +106,52 @@ fn cuda_matches_reference_evaluator() {
     }
     assert!(failures.is_empty(), "{} of {cases} GPU cases failed:\n{}", failures.len(), failures.join("\n---\n"));
     eprintln!("{cases} GPU cases match the reference evaluator");
+}
+
+/// On an NVIDIA GPU, with `--ignored`: the library matmul at 4096 x 4096 x 4096 in every element
+/// type, wall time per launch (median of 10 after a warm-up) and TFLOP/s. A rough figure for the
+/// GPU machine; `cargo xtask bench` is the measurement.
+#[test]
+#[ignore]
+fn cuda_matmul_timing() {
+    let Ok(gpu) = CudaRunner::new(0) else {
+        eprintln!("skipped: no GPU");
+        return;
+    };
+    let rel = "dt-kernels/specs/matmul.dt";
+    let p = dt_core::compile_spec(&read_spec(rel)).expect("spec checks");
+    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+    let n = 4096usize;
+    for k in &kernels {
+        let fid = p.kernel_by_name(&k.name).expect("kernel");
+        for dtype in &k.dtypes {
+            let items = vec![(k, *dtype, dt_codegen::emit::symbol(k, *dtype))];
+            let (cuda, infos) = gpu::emit_file(rel, Dialect::Cuda, &items).expect("emits");
+            let module = gpu.compile(&cuda).expect("compiles");
+            let mut rng = Rng::new(7);
+            // First a check at sizes that are multiples of 8 but of no tile.
+            let sizes = [264, 200, 328];
+            let args = random_args(&p, fid, &sizes, *dtype, &mut rng);
+            let want = dt_core::eval::evaluate(&p, fid, &args, *dtype).expect("evaluates");
+            let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");
+            let got = gpu.run(&module, &infos[0], k, &bound, *dtype).expect("runs");
+            compare(&got, &want, *dtype, 328).unwrap_or_else(|e| panic!("{} {dtype} sizes {sizes:?}: {e}", k.name));
+            let args = random_args(&p, fid, &[n; 3], *dtype, &mut rng);
+            let bound = dt_core::tensor::bind(&p, fid, &args).expect("binds");
+            let staged = gpu.stage(k, &bound, *dtype).expect("stages");
+            let f = gpu.function(&module, &infos[0]).expect("function");
+            gpu.launch(&f, &infos[0], &staged).expect("launch");
+            gpu.download(&staged).expect("runs");
+            let mut times = Vec::new();
+            for _ in 0..10 {
+                let t = std::time::Instant::now();
+                gpu.launch(&f, &infos[0], &staged).expect("launch");
+                gpu.stream.synchronize().expect("sync");
+                times.push(t.elapsed().as_secs_f64());
+            }
+            times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            let t = times[times.len() / 2];
+            eprintln!("{} {dtype} {n}^3: {:.3} ms, {:.1} TFLOP/s", k.name, t * 1e3, 2.0 * (n as f64).powi(3) / t / 1e12);
+        }
+    }
 }

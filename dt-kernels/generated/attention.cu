@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -131,112 +213,85 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                 for (long long o7 = 0; o7 < s3; o7 += 64) {
                     /* rdot accumulator */
                     float acc1[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
-                        float v0[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        /* v0: loaded by the tensor-core dot that reads it */
+                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l14 = (e / 256) % 1;
+                                    const int l15 = (e / 256) % 1;
+                                    const int l16 = (e / 4) % 64;
+                                    const int l17 = (e / 1) % 4;
+                                    if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = (o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + q) < s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v1[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (e / 256) % 1;
+                                    const int l20 = (e / 256) % 1;
+                                    const int l21 = (e / 4) % 64;
+                                    const int l22 = (e / 1) % 4;
+                                    if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = (o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + q) < s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
+                        /* acc1 += v2: accumulated by the tensor-core dot above */
                     }
                     float v3[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v3[r] = acc1[r];
-                        }
+                        v3[r] = acc1[r];
                     }
                     float v4[1];
                     #pragma unroll
@@ -259,25 +314,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
                     __syncthreads();
                     float v6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
-                        }
+                        v6[r] = (v3[r] * (dt_smem + 0)[0]);
                     }
                     float v7[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
-                        }
+                        const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v7[r] = (o7 + l34 < s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l35 = 0;
+                        const int l36 = 0;
+                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
+                        (dt_smem + 0)[e] = v7[r];
+                    }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 2 threads per result */
@@ -286,10 +342,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l39 = (j / 64) % 1;
+                            const int l40 = (j / 64) % 1;
+                            const int l41 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -344,115 +400,88 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o60 = 0; o60 < s3; o60 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
-                        float v10[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v10[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v10[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v10[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v10[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v10[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v10[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v10[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v10[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                    for (long long o65 = 0; o65 < s5; o65 += 32) {
+                        /* v10: loaded by the tensor-core dot that reads it */
+                        /* v11: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec66 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l67 = (e / 256) % 1;
+                                    const int l68 = (e / 256) % 1;
+                                    const int l69 = (e / 4) % 64;
+                                    const int l70 = (e / 1) % 4;
+                                    if (vec66 && o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8)], &in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8 + q)] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + q) < s5) ? in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v11[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v11[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v11[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v11[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec71 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l72 = (e / 256) % 1;
+                                    const int l73 = (e / 256) % 1;
+                                    const int l74 = (e / 4) % 64;
+                                    const int l75 = (e / 1) % 4;
+                                    if (vec71 && o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8)], &in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8 + q)] = (o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + q) < s5) ? in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc4[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
+                        /* acc4 += v12: accumulated by the tensor-core dot above */
                     }
                     float v13[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v13[r] = acc4[r];
-                        }
+                        v13[r] = acc4[r];
                     }
                     float v14[1];
                     #pragma unroll
@@ -475,12 +504,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v16[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
-                        }
+                        v16[r] = (v13[r] * (dt_smem + 0)[0]);
                     }
                     float v17[1];
                     #pragma unroll
@@ -495,36 +521,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
                     __syncthreads();
                     float v18[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
-                        }
+                        const int l87 = 0;
+                        const int l88 = 0;
+                        const int l89 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l87 * 64 + l88 * 64 + l89]);
                     }
                     float v19[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v19[r] = expf(v18[r]);
-                        }
+                        v19[r] = expf(v18[r]);
                     }
                     float v20[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
-                        }
+                        const int l98 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = (o60 + l98 < s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l99 = 0;
+                        const int l100 = 0;
+                        const int l101 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l102 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l99 * 4096 + l100 * 4096 + l101 * 64 + l102;
+                        (dt_smem + 0)[e] = v20[r];
+                    }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 2 threads per result */
@@ -533,10 +557,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l103 = (j / 64) % 1;
+                            const int l104 = (j / 64) % 1;
+                            const int l105 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l103 * 4096 + l104 * 4096 + l105 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -582,126 +606,99 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o121 = b4 * 128; o121 < dt_min_ll(b4 * 128 + 128, s4); o121 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o126 = 0; o126 < s3; o126 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
-                            float v23[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v23[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v23[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v23[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v23[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v23[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v23[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v23[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v23[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        for (long long o131 = 0; o131 < s5; o131 += 32) {
+                            /* v23: loaded by the tensor-core dot that reads it */
+                            /* v24: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            __syncthreads();
+                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec132 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l133 = (e / 256) % 1;
+                                        const int l134 = (e / 256) % 1;
+                                        const int l135 = (e / 4) % 64;
+                                        const int l136 = (e / 1) % 4;
+                                        if (vec132 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8)], &in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8 + q)] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + q) < s5) ? in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v24[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v24[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v24[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v24[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v24[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v24[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v24[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v24[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v24[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec137 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l138 = (e / 256) % 1;
+                                        const int l139 = (e / 256) % 1;
+                                        const int l140 = (e / 4) % 64;
+                                        const int l141 = (e / 1) % 4;
+                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8)], &in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + q) < s5) ? in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
-                            float v25[32];
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][4], fb[4][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc7[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    acc7[r] = acc7[r] + v25[r];
-                                }
-                            }
+                            /* acc7 += v25: accumulated by the tensor-core dot above */
                         }
                         float v26[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v26[r] = acc7[r];
-                            }
+                            v26[r] = acc7[r];
                         }
                         float v27[1];
                         #pragma unroll
@@ -724,12 +721,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
                         __syncthreads();
                         float v29[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
-                            }
+                            v29[r] = (v26[r] * (dt_smem + 0)[0]);
                         }
                         float v30[1];
                         #pragma unroll
@@ -744,48 +738,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
                         __syncthreads();
                         float v31[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
-                            }
+                            const int l153 = 0;
+                            const int l154 = 0;
+                            const int l155 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l153 * 64 + l154 * 64 + l155]);
                         }
                         float v32[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v32[r] = expf(v31[r]);
-                            }
+                            v32[r] = expf(v31[r]);
                         }
                         float v33[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
-                            }
+                            const int l164 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = (o126 + l164 < s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                            (void)e; {
+                                const int l165 = (e / 8192) % 1;
+                                const int l166 = (e / 8192) % 1;
+                                const int l167 = (e / 64) % 128;
+                                const int l168 = (e / 1) % 64;
+                                v34[r] = (o1 + l165 < s0 && o2 + l166 < s1 && o126 + l168 < s3 && o121 + l167 < s4) ? dt_load_f16(in2[(o1 + l165) * args.input_strides[2][0] + (o2 + l166) * args.input_strides[2][1] + (o126 + l168) * args.input_strides[2][2] + (o121 + l167) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l169 = 0;
+                            const int l170 = 0;
+                            const int l171 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l172 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l169 * 4096 + l170 * 4096 + l171 * 64 + l172;
+                            (dt_smem + 0)[e] = v33[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -795,20 +787,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                            (void)e; {
+                                const int l173 = (e / 8192) % 1;
+                                const int l174 = (e / 8192) % 1;
+                                const int l175 = (e / 128) % 64;
+                                const int l176 = (e / 1) % 128;
+                                float a177 = 0.0f;
+                                for (int q = 0; q < 64; q++) a177 = fmaf((dt_smem + 0)[l173 * 4096 + l174 * 4096 + l175 * 64 + q * 1], (dt_smem + 4096)[l173 * 8192 + l174 * 8192 + l176 * 64 + q * 1], a177);
+                                v35[r] = a177;
                             }
                         }
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -817,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -837,32 +829,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                        (void)e; {
+                            const int l189 = (e / 8192) % 1;
+                            const int l190 = (e / 8192) % 1;
+                            const int l191 = (e / 128) % 64;
+                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l193 = (e / 8192) % 1;
+                        const int l194 = (e / 8192) % 1;
+                        const int l195 = (e / 128) % 64;
+                        const int l196 = (e / 1) % 128;
+                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o121 + l196) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -920,112 +912,85 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                 for (long long o7 = 0; o7 < s3; o7 += 64) {
                     /* rdot accumulator */
                     float acc1[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
-                        float v0[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        /* v0: loaded by the tensor-core dot that reads it */
+                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l14 = (e / 256) % 1;
+                                    const int l15 = (e / 256) % 1;
+                                    const int l16 = (e / 4) % 64;
+                                    const int l17 = (e / 1) % 4;
+                                    if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = (o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + q) < s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v1[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (e / 256) % 1;
+                                    const int l20 = (e / 256) % 1;
+                                    const int l21 = (e / 4) % 64;
+                                    const int l22 = (e / 1) % 4;
+                                    if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = (o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + q) < s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
+                        /* acc1 += v2: accumulated by the tensor-core dot above */
                     }
                     float v3[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v3[r] = acc1[r];
-                        }
+                        v3[r] = acc1[r];
                     }
                     float v4[1];
                     #pragma unroll
@@ -1048,25 +1013,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
                     __syncthreads();
                     float v6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
-                        }
+                        v6[r] = (v3[r] * (dt_smem + 0)[0]);
                     }
                     float v7[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
-                        }
+                        const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v7[r] = (o7 + l34 < s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l35 = 0;
+                        const int l36 = 0;
+                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
+                        (dt_smem + 0)[e] = v7[r];
+                    }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 2 threads per result */
@@ -1075,10 +1041,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l39 = (j / 64) % 1;
+                            const int l40 = (j / 64) % 1;
+                            const int l41 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1133,115 +1099,88 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o60 = 0; o60 < s3; o60 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
-                        float v10[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v10[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v10[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v10[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v10[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v10[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v10[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v10[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v10[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                    for (long long o65 = 0; o65 < s5; o65 += 32) {
+                        /* v10: loaded by the tensor-core dot that reads it */
+                        /* v11: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec66 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l67 = (e / 256) % 1;
+                                    const int l68 = (e / 256) % 1;
+                                    const int l69 = (e / 4) % 64;
+                                    const int l70 = (e / 1) % 4;
+                                    if (vec66 && o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8)], &in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8 + q)] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + q) < s5) ? in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v11[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v11[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v11[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v11[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec71 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l72 = (e / 256) % 1;
+                                    const int l73 = (e / 256) % 1;
+                                    const int l74 = (e / 4) % 64;
+                                    const int l75 = (e / 1) % 4;
+                                    if (vec71 && o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8)], &in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8 + q)] = (o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + q) < s5) ? in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc4[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
+                        /* acc4 += v12: accumulated by the tensor-core dot above */
                     }
                     float v13[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v13[r] = acc4[r];
-                        }
+                        v13[r] = acc4[r];
                     }
                     float v14[1];
                     #pragma unroll
@@ -1264,12 +1203,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v16[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
-                        }
+                        v16[r] = (v13[r] * (dt_smem + 0)[0]);
                     }
                     float v17[1];
                     #pragma unroll
@@ -1284,36 +1220,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
                     __syncthreads();
                     float v18[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
-                        }
+                        const int l87 = 0;
+                        const int l88 = 0;
+                        const int l89 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l87 * 64 + l88 * 64 + l89]);
                     }
                     float v19[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v19[r] = expf(v18[r]);
-                        }
+                        v19[r] = expf(v18[r]);
                     }
                     float v20[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
-                        }
+                        const int l98 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = (o60 + l98 < s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l99 = 0;
+                        const int l100 = 0;
+                        const int l101 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l102 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l99 * 4096 + l100 * 4096 + l101 * 64 + l102;
+                        (dt_smem + 0)[e] = v20[r];
+                    }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 2 threads per result */
@@ -1322,10 +1256,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l103 = (j / 64) % 1;
+                            const int l104 = (j / 64) % 1;
+                            const int l105 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l103 * 4096 + l104 * 4096 + l105 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1371,126 +1305,99 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o121 = b4 * 128; o121 < dt_min_ll(b4 * 128 + 128, s4); o121 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o126 = 0; o126 < s3; o126 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
-                            float v23[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v23[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v23[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v23[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v23[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v23[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v23[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v23[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v23[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        for (long long o131 = 0; o131 < s5; o131 += 32) {
+                            /* v23: loaded by the tensor-core dot that reads it */
+                            /* v24: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            __syncthreads();
+                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec132 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l133 = (e / 256) % 1;
+                                        const int l134 = (e / 256) % 1;
+                                        const int l135 = (e / 4) % 64;
+                                        const int l136 = (e / 1) % 4;
+                                        if (vec132 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8)], &in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8 + q)] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + q) < s5) ? in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v24[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v24[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v24[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v24[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v24[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v24[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v24[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v24[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v24[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec137 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l138 = (e / 256) % 1;
+                                        const int l139 = (e / 256) % 1;
+                                        const int l140 = (e / 4) % 64;
+                                        const int l141 = (e / 1) % 4;
+                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8)], &in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + q) < s5) ? in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
-                            float v25[32];
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][4], fb[4][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc7[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    acc7[r] = acc7[r] + v25[r];
-                                }
-                            }
+                            /* acc7 += v25: accumulated by the tensor-core dot above */
                         }
                         float v26[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v26[r] = acc7[r];
-                            }
+                            v26[r] = acc7[r];
                         }
                         float v27[1];
                         #pragma unroll
@@ -1513,12 +1420,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
                         __syncthreads();
                         float v29[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
-                            }
+                            v29[r] = (v26[r] * (dt_smem + 0)[0]);
                         }
                         float v30[1];
                         #pragma unroll
@@ -1533,48 +1437,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
                         __syncthreads();
                         float v31[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
-                            }
+                            const int l153 = 0;
+                            const int l154 = 0;
+                            const int l155 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l153 * 64 + l154 * 64 + l155]);
                         }
                         float v32[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v32[r] = expf(v31[r]);
-                            }
+                            v32[r] = expf(v31[r]);
                         }
                         float v33[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
-                            }
+                            const int l164 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = (o126 + l164 < s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_bf16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                            (void)e; {
+                                const int l165 = (e / 8192) % 1;
+                                const int l166 = (e / 8192) % 1;
+                                const int l167 = (e / 64) % 128;
+                                const int l168 = (e / 1) % 64;
+                                v34[r] = (o1 + l165 < s0 && o2 + l166 < s1 && o126 + l168 < s3 && o121 + l167 < s4) ? dt_load_bf16(in2[(o1 + l165) * args.input_strides[2][0] + (o2 + l166) * args.input_strides[2][1] + (o126 + l168) * args.input_strides[2][2] + (o121 + l167) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l169 = 0;
+                            const int l170 = 0;
+                            const int l171 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l172 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l169 * 4096 + l170 * 4096 + l171 * 64 + l172;
+                            (dt_smem + 0)[e] = v33[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -1584,20 +1486,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                            (void)e; {
+                                const int l173 = (e / 8192) % 1;
+                                const int l174 = (e / 8192) % 1;
+                                const int l175 = (e / 128) % 64;
+                                const int l176 = (e / 1) % 128;
+                                float a177 = 0.0f;
+                                for (int q = 0; q < 64; q++) a177 = fmaf((dt_smem + 0)[l173 * 4096 + l174 * 4096 + l175 * 64 + q * 1], (dt_smem + 4096)[l173 * 8192 + l174 * 8192 + l176 * 64 + q * 1], a177);
+                                v35[r] = a177;
                             }
                         }
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -1606,7 +1508,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -1626,32 +1528,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                        (void)e; {
+                            const int l189 = (e / 8192) % 1;
+                            const int l190 = (e / 8192) % 1;
+                            const int l191 = (e / 128) % 64;
+                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l193 = (e / 8192) % 1;
+                        const int l194 = (e / 8192) % 1;
+                        const int l195 = (e / 128) % 64;
+                        const int l196 = (e / 1) % 128;
+                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o121 + l196) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1712,7 +1614,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -1774,7 +1676,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -1787,7 +1689,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -1796,7 +1698,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v3[r] = acc1[r];
                         }
                     }
@@ -1824,7 +1726,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1832,7 +1734,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
@@ -1912,7 +1814,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -1974,7 +1876,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -1987,7 +1889,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -1996,7 +1898,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v13[r] = acc4[r];
                         }
                     }
@@ -2024,7 +1926,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2044,7 +1946,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -2055,7 +1957,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v19[r] = expf(v18[r]);
                         }
                     }
@@ -2063,7 +1965,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
@@ -2134,7 +2036,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -2145,7 +2047,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -2207,7 +2109,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             #pragma unroll 1
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -2220,7 +2122,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             #pragma unroll 1
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -2229,7 +2131,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -2257,7 +2159,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -2277,7 +2179,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -2288,7 +2190,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v32[r] = expf(v31[r]);
                             }
                         }
@@ -2296,7 +2198,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -2305,7 +2207,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -2325,7 +2227,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -2338,7 +2240,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -2347,7 +2249,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -2367,7 +2269,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
@@ -2474,7 +2376,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -2482,112 +2384,85 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                     /* rdot accumulator */
                     float acc1[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v3[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v3[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v3[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v3[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v3[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v3[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v3[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v3[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v3[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        /* v3: loaded by the tensor-core dot that reads it */
+                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l18 = (e / 256) % 1;
+                                    const int l19 = (e / 256) % 1;
+                                    const int l20 = (e / 4) % 64;
+                                    const int l21 = (e / 1) % 4;
+                                    if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = (o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + q) < s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v4[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l23 = (e / 256) % 1;
+                                    const int l24 = (e / 256) % 1;
+                                    const int l25 = (e / 4) % 64;
+                                    const int l26 = (e / 1) % 4;
+                                    if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = (o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + q) < s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
+                        /* acc1 += v5: accumulated by the tensor-core dot above */
                     }
                     float v6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v6[r] = acc1[r];
-                        }
+                        v6[r] = acc1[r];
                     }
                     float v7[1];
                     #pragma unroll
@@ -2610,12 +2485,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
                     __syncthreads();
                     float v9[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
-                        }
+                        v9[r] = (v6[r] * (dt_smem + 0)[0]);
                     }
                     float v10[1];
                     #pragma unroll
@@ -2634,29 +2506,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     __syncthreads();
+                    #pragma unroll 1
+                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
+                    __syncthreads();
+                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
                     __syncthreads();
                     float v12[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
-                        }
+                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
                     }
                     float v13[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
-                        }
+                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v13[r] = (o7 + l42 < s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l43 = 0;
+                        const int l44 = 0;
+                        const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                        (dt_smem + 0)[e] = v13[r];
+                    }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 2 threads per result */
@@ -2665,10 +2544,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 64) % 1;
+                            const int l49 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2723,14 +2602,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o68 = 0; o68 < s3; o68 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l69 = (e / 1) % 64;
+                            v16[r] = (float)(o68 + l69);
                         }
                     }
                     float v17[1];
@@ -2738,8 +2617,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l70 = (e / 1) % 64;
+                            v17[r] = (float)(o3 + l70);
                         }
                     }
                     __syncthreads();
@@ -2754,120 +2633,93 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                        (void)e; {
+                            const int l71 = (e / 64) % 64;
+                            const int l72 = (e / 1) % 64;
+                            v18[r] = (((dt_smem + 0)[l72]) <= ((dt_smem + 4096)[l71]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
                     float acc4[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
-                        float v19[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v19[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v19[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v19[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v19[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v19[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v19[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v19[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v19[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                    for (long long o77 = 0; o77 < s5; o77 += 32) {
+                        /* v19: loaded by the tensor-core dot that reads it */
+                        /* v20: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec78 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l79 = (e / 256) % 1;
+                                    const int l80 = (e / 256) % 1;
+                                    const int l81 = (e / 4) % 64;
+                                    const int l82 = (e / 1) % 4;
+                                    if (vec78 && o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8)], &in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8 + q)] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + q) < s5) ? in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v20[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v20[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v20[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v20[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v20[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v20[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v20[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v20[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v20[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec83 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l84 = (e / 256) % 1;
+                                    const int l85 = (e / 256) % 1;
+                                    const int l86 = (e / 4) % 64;
+                                    const int l87 = (e / 1) % 4;
+                                    if (vec83 && o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8)], &in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8 + q)] = (o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + q) < s5) ? in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc4[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
+                        /* acc4 += v21: accumulated by the tensor-core dot above */
                     }
                     float v22[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v22[r] = acc4[r];
-                        }
+                        v22[r] = acc4[r];
                     }
                     float v23[1];
                     #pragma unroll
@@ -2890,12 +2742,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
                     __syncthreads();
                     float v25[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
-                        }
+                        v25[r] = (v22[r] * (dt_smem + 0)[0]);
                     }
                     float v26[1];
                     #pragma unroll
@@ -2914,16 +2763,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     __syncthreads();
+                    #pragma unroll 1
+                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
+                    __syncthreads();
+                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
                     __syncthreads();
                     float v28[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
-                        }
+                        const int l98 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l99 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l98 * 64 + l99] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                     }
                     float v29[1];
                     #pragma unroll
@@ -2938,36 +2790,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
                     __syncthreads();
                     float v30[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
-                        }
+                        const int l103 = 0;
+                        const int l104 = 0;
+                        const int l105 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l103 * 64 + l104 * 64 + l105]);
                     }
                     float v31[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v31[r] = expf(v30[r]);
-                        }
+                        v31[r] = expf(v30[r]);
                     }
                     float v32[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
-                        }
+                        const int l114 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = (o68 + l114 < s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l115 = 0;
+                        const int l116 = 0;
+                        const int l117 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l118 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l115 * 4096 + l116 * 4096 + l117 * 64 + l118;
+                        (dt_smem + 0)[e] = v32[r];
+                    }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 2 threads per result */
@@ -2976,10 +2826,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l119 = (j / 64) % 1;
+                            const int l120 = (j / 64) % 1;
+                            const int l121 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l119 * 4096 + l120 * 4096 + l121 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3025,25 +2875,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o137 = b4 * 128; o137 < dt_min_ll(b4 * 128 + 128, s4); o137 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o142 = 0; o142 < s3; o142 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l143 = (e / 1) % 64;
+                                v35[r] = (float)(o142 + l143);
                             }
                         }
                         float v36[1];
@@ -3051,8 +2901,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l144 = (e / 1) % 64;
+                                v36[r] = (float)(o3 + l144);
                             }
                         }
                         __syncthreads();
@@ -3067,120 +2917,93 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                            (void)e; {
+                                const int l145 = (e / 64) % 64;
+                                const int l146 = (e / 1) % 64;
+                                v37[r] = (((dt_smem + 0)[l146]) <= ((dt_smem + 4096)[l145]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
                         float acc7[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
-                            float v38[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v38[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v38[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v38[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v38[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v38[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v38[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v38[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v38[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        for (long long o151 = 0; o151 < s5; o151 += 32) {
+                            /* v38: loaded by the tensor-core dot that reads it */
+                            /* v39: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            __syncthreads();
+                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec152 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l153 = (e / 256) % 1;
+                                        const int l154 = (e / 256) % 1;
+                                        const int l155 = (e / 4) % 64;
+                                        const int l156 = (e / 1) % 4;
+                                        if (vec152 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8)], &in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8 + q)] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + q) < s5) ? in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v39[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v39[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v39[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v39[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v39[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v39[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v39[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v39[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v39[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec157 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l158 = (e / 256) % 1;
+                                        const int l159 = (e / 256) % 1;
+                                        const int l160 = (e / 4) % 64;
+                                        const int l161 = (e / 1) % 4;
+                                        if (vec157 && o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8)], &in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8 + q)] = (o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + q) < s5) ? in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
-                            float v40[32];
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][4], fb[4][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc7[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    acc7[r] = acc7[r] + v40[r];
-                                }
-                            }
+                            /* acc7 += v40: accumulated by the tensor-core dot above */
                         }
                         float v41[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v41[r] = acc7[r];
-                            }
+                            v41[r] = acc7[r];
                         }
                         float v42[1];
                         #pragma unroll
@@ -3203,12 +3026,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
                         __syncthreads();
                         float v44[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
-                            }
+                            v44[r] = (v41[r] * (dt_smem + 0)[0]);
                         }
                         float v45[1];
                         #pragma unroll
@@ -3227,16 +3047,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                         }
                         __syncthreads();
+                        #pragma unroll 1
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        __syncthreads();
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
                         __syncthreads();
                         float v47[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
-                            }
+                            const int l172 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l173 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l172 * 64 + l173] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                         }
                         float v48[1];
                         #pragma unroll
@@ -3251,48 +3074,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
                         __syncthreads();
                         float v49[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
-                            }
+                            const int l177 = 0;
+                            const int l178 = 0;
+                            const int l179 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l177 * 64 + l178 * 64 + l179]);
                         }
                         float v50[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v50[r] = expf(v49[r]);
-                            }
+                            v50[r] = expf(v49[r]);
                         }
                         float v51[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
-                            }
+                            const int l188 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = (o142 + l188 < s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                            (void)e; {
+                                const int l189 = (e / 8192) % 1;
+                                const int l190 = (e / 8192) % 1;
+                                const int l191 = (e / 64) % 128;
+                                const int l192 = (e / 1) % 64;
+                                v52[r] = (o1 + l189 < s0 && o2 + l190 < s1 && o142 + l192 < s3 && o137 + l191 < s4) ? dt_load_f16(in2[(o1 + l189) * args.input_strides[2][0] + (o2 + l190) * args.input_strides[2][1] + (o142 + l192) * args.input_strides[2][2] + (o137 + l191) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l193 = 0;
+                            const int l194 = 0;
+                            const int l195 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l196 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l193 * 4096 + l194 * 4096 + l195 * 64 + l196;
+                            (dt_smem + 0)[e] = v51[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -3302,20 +3123,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                            (void)e; {
+                                const int l197 = (e / 8192) % 1;
+                                const int l198 = (e / 8192) % 1;
+                                const int l199 = (e / 128) % 64;
+                                const int l200 = (e / 1) % 128;
+                                float a201 = 0.0f;
+                                for (int q = 0; q < 64; q++) a201 = fmaf((dt_smem + 0)[l197 * 4096 + l198 * 4096 + l199 * 64 + q * 1], (dt_smem + 4096)[l197 * 8192 + l198 * 8192 + l200 * 64 + q * 1], a201);
+                                v53[r] = a201;
                             }
                         }
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -3324,7 +3145,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -3344,32 +3165,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                        (void)e; {
+                            const int l213 = (e / 8192) % 1;
+                            const int l214 = (e / 8192) % 1;
+                            const int l215 = (e / 128) % 64;
+                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (e / 8192) % 1;
+                        const int l218 = (e / 8192) % 1;
+                        const int l219 = (e / 128) % 64;
+                        const int l220 = (e / 1) % 128;
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o137 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3455,7 +3276,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -3463,112 +3284,85 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                     /* rdot accumulator */
                     float acc1[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v3[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v3[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v3[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v3[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v3[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v3[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v3[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v3[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v3[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        /* v3: loaded by the tensor-core dot that reads it */
+                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l18 = (e / 256) % 1;
+                                    const int l19 = (e / 256) % 1;
+                                    const int l20 = (e / 4) % 64;
+                                    const int l21 = (e / 1) % 4;
+                                    if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = (o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + q) < s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v4[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l23 = (e / 256) % 1;
+                                    const int l24 = (e / 256) % 1;
+                                    const int l25 = (e / 4) % 64;
+                                    const int l26 = (e / 1) % 4;
+                                    if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = (o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + q) < s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
+                        /* acc1 += v5: accumulated by the tensor-core dot above */
                     }
                     float v6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v6[r] = acc1[r];
-                        }
+                        v6[r] = acc1[r];
                     }
                     float v7[1];
                     #pragma unroll
@@ -3591,12 +3385,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
                     __syncthreads();
                     float v9[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
-                        }
+                        v9[r] = (v6[r] * (dt_smem + 0)[0]);
                     }
                     float v10[1];
                     #pragma unroll
@@ -3615,29 +3406,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     __syncthreads();
+                    #pragma unroll 1
+                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
+                    __syncthreads();
+                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
                     __syncthreads();
                     float v12[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
-                        }
+                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
                     }
                     float v13[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
-                        }
+                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v13[r] = (o7 + l42 < s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l43 = 0;
+                        const int l44 = 0;
+                        const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                        (dt_smem + 0)[e] = v13[r];
+                    }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 2 threads per result */
@@ -3646,10 +3444,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 64) % 1;
+                            const int l49 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3704,14 +3502,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o68 = 0; o68 < s3; o68 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l69 = (e / 1) % 64;
+                            v16[r] = (float)(o68 + l69);
                         }
                     }
                     float v17[1];
@@ -3719,8 +3517,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l70 = (e / 1) % 64;
+                            v17[r] = (float)(o3 + l70);
                         }
                     }
                     __syncthreads();
@@ -3735,120 +3533,93 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                        (void)e; {
+                            const int l71 = (e / 64) % 64;
+                            const int l72 = (e / 1) % 64;
+                            v18[r] = (((dt_smem + 0)[l72]) <= ((dt_smem + 4096)[l71]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
                     float acc4[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
-                        float v19[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
-                                v19[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v19[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v19[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v19[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v19[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v19[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v19[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v19[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                    for (long long o77 = 0; o77 < s5; o77 += 32) {
+                        /* v19: loaded by the tensor-core dot that reads it */
+                        /* v20: loaded by the tensor-core dot that reads it */
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                        __syncthreads();
+                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec78 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l79 = (e / 256) % 1;
+                                    const int l80 = (e / 256) % 1;
+                                    const int l81 = (e / 4) % 64;
+                                    const int l82 = (e / 1) % 4;
+                                    if (vec78 && o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8)], &in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8 + q)] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + q) < s5) ? in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v20[16];
-                        #pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int e = (c * 128 + tid) * 8;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
-                                v20[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v20[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v20[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v20[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v20[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v20[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v20[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v20[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec83 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l84 = (e / 256) % 1;
+                                    const int l85 = (e / 256) % 1;
+                                    const int l86 = (e / 4) % 64;
+                                    const int l87 = (e / 1) % 4;
+                                    if (vec83 && o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8)], &in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8 + q)] = (o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + q) < s5) ? in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[32];
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                        {
+                            const int lane = tid & 31;
+                            const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][4], fb[4][2];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                #pragma unroll
+                                for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc4[(i * 4 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
+                        /* acc4 += v21: accumulated by the tensor-core dot above */
                     }
                     float v22[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v22[r] = acc4[r];
-                        }
+                        v22[r] = acc4[r];
                     }
                     float v23[1];
                     #pragma unroll
@@ -3871,12 +3642,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
                     __syncthreads();
                     float v25[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
-                        }
+                        v25[r] = (v22[r] * (dt_smem + 0)[0]);
                     }
                     float v26[1];
                     #pragma unroll
@@ -3895,16 +3663,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     __syncthreads();
+                    #pragma unroll 1
+                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
+                    __syncthreads();
+                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
                     __syncthreads();
                     float v28[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
-                        }
+                        const int l98 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l99 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l98 * 64 + l99] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                     }
                     float v29[1];
                     #pragma unroll
@@ -3919,36 +3690,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
                     __syncthreads();
                     float v30[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
-                        }
+                        const int l103 = 0;
+                        const int l104 = 0;
+                        const int l105 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l103 * 64 + l104 * 64 + l105]);
                     }
                     float v31[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            v31[r] = expf(v30[r]);
-                        }
+                        v31[r] = expf(v30[r]);
                     }
                     float v32[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
-                        }
+                        const int l114 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = (o68 + l114 < s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
-                    #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        const int l115 = 0;
+                        const int l116 = 0;
+                        const int l117 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l118 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l115 * 4096 + l116 * 4096 + l117 * 64 + l118;
+                        (dt_smem + 0)[e] = v32[r];
+                    }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 2 threads per result */
@@ -3957,10 +3726,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l119 = (j / 64) % 1;
+                            const int l120 = (j / 64) % 1;
+                            const int l121 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l119 * 4096 + l120 * 4096 + l121 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4006,25 +3775,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o137 = b4 * 128; o137 < dt_min_ll(b4 * 128 + 128, s4); o137 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o142 = 0; o142 < s3; o142 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l143 = (e / 1) % 64;
+                                v35[r] = (float)(o142 + l143);
                             }
                         }
                         float v36[1];
@@ -4032,8 +3801,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l144 = (e / 1) % 64;
+                                v36[r] = (float)(o3 + l144);
                             }
                         }
                         __syncthreads();
@@ -4048,120 +3817,93 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                            (void)e; {
+                                const int l145 = (e / 64) % 64;
+                                const int l146 = (e / 1) % 64;
+                                v37[r] = (((dt_smem + 0)[l146]) <= ((dt_smem + 4096)[l145]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
                         float acc7[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
-                            float v38[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v38[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v38[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v38[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v38[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v38[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v38[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v38[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v38[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                        for (long long o151 = 0; o151 < s5; o151 += 32) {
+                            /* v38: loaded by the tensor-core dot that reads it */
+                            /* v39: loaded by the tensor-core dot that reads it */
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
+                            __syncthreads();
+                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec152 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l153 = (e / 256) % 1;
+                                        const int l154 = (e / 256) % 1;
+                                        const int l155 = (e / 4) % 64;
+                                        const int l156 = (e / 1) % 4;
+                                        if (vec152 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8)], &in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8 + q)] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + q) < s5) ? in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v39[16];
-                            #pragma unroll
-                            for (int c = 0; c < 2; c++) {
-                                const int e = (c * 128 + tid) * 8;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v39[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v39[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v39[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v39[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v39[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v39[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v39[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v39[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec157 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    const int e = tid + r * 128;
+                                    (void)e; {
+                                        const int l158 = (e / 256) % 1;
+                                        const int l159 = (e / 256) % 1;
+                                        const int l160 = (e / 4) % 64;
+                                        const int l161 = (e / 1) % 4;
+                                        if (vec157 && o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8)], &in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8 + q)] = (o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + q) < s5) ? in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
-                            float v40[32];
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                            {
+                                const int lane = tid & 31;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4096)) + (((tid >> 5) % 2 * 32 + (lane & 7) + (lane >> 4) * 8) * 40 + ((lane >> 3) & 1) * 8) * 2;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][4], fb[4][2];
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                                    #pragma unroll
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 320 + kk) * 2);
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc7[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll 1
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                                {
-                                    acc7[r] = acc7[r] + v40[r];
-                                }
-                            }
+                            /* acc7 += v40: accumulated by the tensor-core dot above */
                         }
                         float v41[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v41[r] = acc7[r];
-                            }
+                            v41[r] = acc7[r];
                         }
                         float v42[1];
                         #pragma unroll
@@ -4184,12 +3926,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
                         __syncthreads();
                         float v44[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
-                            }
+                            v44[r] = (v41[r] * (dt_smem + 0)[0]);
                         }
                         float v45[1];
                         #pragma unroll
@@ -4208,16 +3947,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                         }
                         __syncthreads();
+                        #pragma unroll 1
+                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        __syncthreads();
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
                         __syncthreads();
                         float v47[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
-                            }
+                            const int l172 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l173 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l172 * 64 + l173] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                         }
                         float v48[1];
                         #pragma unroll
@@ -4232,48 +3974,46 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
                         __syncthreads();
                         float v49[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
-                            }
+                            const int l177 = 0;
+                            const int l178 = 0;
+                            const int l179 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l177 * 64 + l178 * 64 + l179]);
                         }
                         float v50[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                v50[r] = expf(v49[r]);
-                            }
+                            v50[r] = expf(v49[r]);
                         }
                         float v51[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
-                            }
+                            const int l188 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = (o142 + l188 < s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_bf16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                            (void)e; {
+                                const int l189 = (e / 8192) % 1;
+                                const int l190 = (e / 8192) % 1;
+                                const int l191 = (e / 64) % 128;
+                                const int l192 = (e / 1) % 64;
+                                v52[r] = (o1 + l189 < s0 && o2 + l190 < s1 && o142 + l192 < s3 && o137 + l191 < s4) ? dt_load_bf16(in2[(o1 + l189) * args.input_strides[2][0] + (o2 + l190) * args.input_strides[2][1] + (o142 + l192) * args.input_strides[2][2] + (o137 + l191) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l193 = 0;
+                            const int l194 = 0;
+                            const int l195 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l196 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l193 * 4096 + l194 * 4096 + l195 * 64 + l196;
+                            (dt_smem + 0)[e] = v51[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -4283,20 +4023,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                            (void)e; {
+                                const int l197 = (e / 8192) % 1;
+                                const int l198 = (e / 8192) % 1;
+                                const int l199 = (e / 128) % 64;
+                                const int l200 = (e / 1) % 128;
+                                float a201 = 0.0f;
+                                for (int q = 0; q < 64; q++) a201 = fmaf((dt_smem + 0)[l197 * 4096 + l198 * 4096 + l199 * 64 + q * 1], (dt_smem + 4096)[l197 * 8192 + l198 * 8192 + l200 * 64 + q * 1], a201);
+                                v53[r] = a201;
                             }
                         }
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -4305,7 +4045,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -4325,32 +4065,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                        {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                        (void)e; {
+                            const int l213 = (e / 8192) % 1;
+                            const int l214 = (e / 8192) % 1;
+                            const int l215 = (e / 128) % 64;
+                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (e / 8192) % 1;
+                        const int l218 = (e / 8192) % 1;
+                        const int l219 = (e / 128) % 64;
+                        const int l220 = (e / 1) % 128;
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o137 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4436,7 +4176,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -4447,7 +4187,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -4509,7 +4249,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -4522,7 +4262,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -4531,7 +4271,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v6[r] = acc1[r];
                         }
                     }
@@ -4559,7 +4299,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4587,7 +4327,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -4595,7 +4335,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
@@ -4700,7 +4440,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -4711,7 +4451,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -4773,7 +4513,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -4786,7 +4526,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -4795,7 +4535,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v22[r] = acc4[r];
                         }
                     }
@@ -4823,7 +4563,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4851,7 +4591,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -4871,7 +4611,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -4882,7 +4622,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v31[r] = expf(v30[r]);
                         }
                     }
@@ -4890,7 +4630,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
@@ -4961,7 +4701,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -4997,7 +4737,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -5008,7 +4748,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -5070,7 +4810,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             #pragma unroll 1
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -5083,7 +4823,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             #pragma unroll 1
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -5092,7 +4832,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -5120,7 +4860,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -5148,7 +4888,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
@@ -5168,7 +4908,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -5179,7 +4919,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v50[r] = expf(v49[r]);
                             }
                         }
@@ -5187,7 +4927,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -5196,7 +4936,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -5216,7 +4956,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -5229,7 +4969,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -5238,7 +4978,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -5258,7 +4998,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;

@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -134,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -212,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -225,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -234,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v3[r] = acc1[r];
                         }
                     }
@@ -262,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -270,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
@@ -350,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -428,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -441,7 +523,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -450,7 +532,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v13[r] = acc4[r];
                         }
                     }
@@ -478,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -498,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -509,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v19[r] = expf(v18[r]);
                         }
                     }
@@ -517,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
@@ -588,7 +670,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -599,7 +681,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -677,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -690,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -699,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -727,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -747,7 +829,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -758,7 +840,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v32[r] = expf(v31[r]);
                             }
                         }
@@ -766,7 +848,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -775,7 +857,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -795,7 +877,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -808,7 +890,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -817,7 +899,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -837,7 +919,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
@@ -923,7 +1005,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -1001,7 +1083,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -1014,7 +1096,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -1023,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v3[r] = acc1[r];
                         }
                     }
@@ -1051,7 +1133,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1059,7 +1141,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
@@ -1139,7 +1221,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -1217,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -1230,7 +1312,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -1239,7 +1321,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v13[r] = acc4[r];
                         }
                     }
@@ -1267,7 +1349,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1287,7 +1369,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -1298,7 +1380,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v19[r] = expf(v18[r]);
                         }
                     }
@@ -1306,7 +1388,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
@@ -1377,7 +1459,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -1388,7 +1470,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -1466,7 +1548,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -1479,7 +1561,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -1488,7 +1570,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -1516,7 +1598,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -1536,7 +1618,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -1547,7 +1629,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v32[r] = expf(v31[r]);
                             }
                         }
@@ -1555,7 +1637,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -1564,7 +1646,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -1584,7 +1666,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -1597,7 +1679,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -1606,7 +1688,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -1626,7 +1708,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
@@ -1712,7 +1794,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -1774,7 +1856,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l21 = (e / 4096) % 1;
                                 const int l22 = (e / 4096) % 1;
                                 const int l23 = (e / 64) % 64;
@@ -1787,7 +1869,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v2[r];
                             }
                         }
@@ -1796,7 +1878,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v3[r] = acc1[r];
                         }
                     }
@@ -1824,7 +1906,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v6[r] = (v3[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -1832,7 +1914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l41 = (e / 1) % 64;
                             v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
                         }
@@ -1912,7 +1994,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -1974,7 +2056,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l77 = (e / 4096) % 1;
                                 const int l78 = (e / 4096) % 1;
                                 const int l79 = (e / 64) % 64;
@@ -1987,7 +2069,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v12[r];
                             }
                         }
@@ -1996,7 +2078,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v13[r] = acc4[r];
                         }
                     }
@@ -2024,7 +2106,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2044,7 +2126,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l97 = (e / 4096) % 1;
                             const int l98 = (e / 4096) % 1;
                             const int l99 = (e / 64) % 64;
@@ -2055,7 +2137,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v19[r] = expf(v18[r]);
                         }
                     }
@@ -2063,7 +2145,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l108 = (e / 1) % 64;
                             v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
                         }
@@ -2134,7 +2216,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -2145,7 +2227,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -2207,7 +2289,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     const int l146 = (e / 4096) % 1;
                                     const int l147 = (e / 4096) % 1;
                                     const int l148 = (e / 64) % 64;
@@ -2220,7 +2302,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v25[r];
                                 }
                             }
@@ -2229,7 +2311,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v26[r] = acc7[r];
                             }
                         }
@@ -2257,7 +2339,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -2277,7 +2359,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l166 = (e / 4096) % 1;
                                 const int l167 = (e / 4096) % 1;
                                 const int l168 = (e / 64) % 64;
@@ -2288,7 +2370,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v32[r] = expf(v31[r]);
                             }
                         }
@@ -2296,7 +2378,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l177 = (e / 1) % 64;
                                 v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
                             }
@@ -2305,7 +2387,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l178 = (e / 8192) % 1;
                                 const int l179 = (e / 8192) % 1;
                                 const int l180 = (e / 64) % 128;
@@ -2325,7 +2407,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l182 = (e / 8192) % 1;
                                 const int l183 = (e / 8192) % 1;
                                 const int l184 = (e / 128) % 64;
@@ -2338,7 +2420,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v35[r];
                             }
                         }
@@ -2347,7 +2429,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v36[r] = acc6[r];
                         }
                     }
@@ -2367,7 +2449,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l198 = (e / 8192) % 1;
                             const int l199 = (e / 8192) % 1;
                             const int l200 = (e / 128) % 64;
@@ -2474,7 +2556,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -2485,7 +2567,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -2563,7 +2645,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -2576,7 +2658,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -2585,7 +2667,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v6[r] = acc1[r];
                         }
                     }
@@ -2613,7 +2695,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2641,7 +2723,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -2649,7 +2731,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
@@ -2754,7 +2836,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -2765,7 +2847,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -2843,7 +2925,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -2856,7 +2938,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -2865,7 +2947,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v22[r] = acc4[r];
                         }
                     }
@@ -2893,7 +2975,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -2921,7 +3003,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -2941,7 +3023,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -2952,7 +3034,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v31[r] = expf(v30[r]);
                         }
                     }
@@ -2960,7 +3042,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
@@ -3031,7 +3113,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -3067,7 +3149,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -3078,7 +3160,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -3156,7 +3238,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -3169,7 +3251,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -3178,7 +3260,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -3206,7 +3288,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -3234,7 +3316,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
@@ -3254,7 +3336,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -3265,7 +3347,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v50[r] = expf(v49[r]);
                             }
                         }
@@ -3273,7 +3355,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -3282,7 +3364,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -3302,7 +3384,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -3315,7 +3397,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -3324,7 +3406,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -3344,7 +3426,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;
@@ -3455,7 +3537,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -3466,7 +3548,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -3544,7 +3626,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -3557,7 +3639,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -3566,7 +3648,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v6[r] = acc1[r];
                         }
                     }
@@ -3594,7 +3676,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -3622,7 +3704,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -3630,7 +3712,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
@@ -3735,7 +3817,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -3746,7 +3828,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -3824,7 +3906,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -3837,7 +3919,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -3846,7 +3928,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v22[r] = acc4[r];
                         }
                     }
@@ -3874,7 +3956,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -3902,7 +3984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -3922,7 +4004,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -3933,7 +4015,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v31[r] = expf(v30[r]);
                         }
                     }
@@ -3941,7 +4023,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
@@ -4012,7 +4094,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -4048,7 +4130,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -4059,7 +4141,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -4137,7 +4219,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -4150,7 +4232,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -4159,7 +4241,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -4187,7 +4269,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -4215,7 +4297,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
@@ -4235,7 +4317,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -4246,7 +4328,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 v50[r] = expf(v49[r]);
                             }
                         }
@@ -4254,7 +4336,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -4263,7 +4345,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -4283,7 +4365,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -4296,7 +4378,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -4305,7 +4387,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -4325,7 +4407,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        {
+                        (void)e; {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;
@@ -4436,7 +4518,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l10 = (e / 64) % 64;
                             const int l11 = (e / 1) % 64;
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
@@ -4447,7 +4529,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc1[r] = 0e0f;
                         }
                     }
@@ -4509,7 +4591,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l25 = (e / 4096) % 1;
                                 const int l26 = (e / 4096) % 1;
                                 const int l27 = (e / 64) % 64;
@@ -4522,7 +4604,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc1[r] = acc1[r] + v5[r];
                             }
                         }
@@ -4531,7 +4613,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v6[r] = acc1[r];
                         }
                     }
@@ -4559,7 +4641,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v9[r] = (v6[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4587,7 +4669,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -4595,7 +4677,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l49 = (e / 1) % 64;
                             v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
                         }
@@ -4700,7 +4782,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l74 = (e / 64) % 64;
                             const int l75 = (e / 1) % 64;
                             v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
@@ -4711,7 +4793,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc4[r] = 0e0f;
                         }
                     }
@@ -4773,7 +4855,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l89 = (e / 4096) % 1;
                                 const int l90 = (e / 4096) % 1;
                                 const int l91 = (e / 64) % 64;
@@ -4786,7 +4868,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc4[r] = acc4[r] + v21[r];
                             }
                         }
@@ -4795,7 +4877,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v22[r] = acc4[r];
                         }
                     }
@@ -4823,7 +4905,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v25[r] = (v22[r] * (dt_smem + 0)[0]);
                         }
                     }
@@ -4851,7 +4933,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
@@ -4871,7 +4953,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l113 = (e / 4096) % 1;
                             const int l114 = (e / 4096) % 1;
                             const int l115 = (e / 64) % 64;
@@ -4882,7 +4964,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v31[r] = expf(v30[r]);
                         }
                     }
@@ -4890,7 +4972,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l124 = (e / 1) % 64;
                             v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
                         }
@@ -4961,7 +5043,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             acc6[r] = 0e0f;
                         }
                     }
@@ -4997,7 +5079,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l151 = (e / 64) % 64;
                                 const int l152 = (e / 1) % 64;
                                 v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
@@ -5008,7 +5090,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc7[r] = 0e0f;
                             }
                         }
@@ -5070,7 +5152,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     const int l166 = (e / 4096) % 1;
                                     const int l167 = (e / 4096) % 1;
                                     const int l168 = (e / 64) % 64;
@@ -5083,7 +5165,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                {
+                                (void)e; {
                                     acc7[r] = acc7[r] + v40[r];
                                 }
                             }
@@ -5092,7 +5174,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v41[r] = acc7[r];
                             }
                         }
@@ -5120,7 +5202,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v44[r] = (v41[r] * (dt_smem + 0)[0]);
                             }
                         }
@@ -5148,7 +5230,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
@@ -5168,7 +5250,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l190 = (e / 4096) % 1;
                                 const int l191 = (e / 4096) % 1;
                                 const int l192 = (e / 64) % 64;
@@ -5179,7 +5261,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 v50[r] = expf(v49[r]);
                             }
                         }
@@ -5187,7 +5269,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l201 = (e / 1) % 64;
                                 v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
                             }
@@ -5196,7 +5278,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l202 = (e / 8192) % 1;
                                 const int l203 = (e / 8192) % 1;
                                 const int l204 = (e / 64) % 128;
@@ -5216,7 +5298,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 const int l206 = (e / 8192) % 1;
                                 const int l207 = (e / 8192) % 1;
                                 const int l208 = (e / 128) % 64;
@@ -5229,7 +5311,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            {
+                            (void)e; {
                                 acc6[r] = acc6[r] + v53[r];
                             }
                         }
@@ -5238,7 +5320,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             v54[r] = acc6[r];
                         }
                     }
@@ -5258,7 +5340,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        {
+                        (void)e; {
                             const int l222 = (e / 8192) % 1;
                             const int l223 = (e / 8192) % 1;
                             const int l224 = (e / 128) % 64;

@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -142,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -247,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -268,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -277,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -285,7 +367,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -373,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -422,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -462,7 +544,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -502,7 +584,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -589,7 +671,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -694,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -715,7 +797,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -724,7 +806,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -732,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -820,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -869,7 +951,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -909,7 +991,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -949,7 +1031,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -1028,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1133,7 +1215,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -1154,7 +1236,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -1163,7 +1245,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -1171,7 +1253,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -1259,7 +1341,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -1308,7 +1390,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -1340,7 +1422,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -1372,7 +1454,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -1395,7 +1477,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm_4k for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1455,7 +1537,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1472,7 +1554,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1480,7 +1562,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -1556,7 +1638,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -1577,7 +1659,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -1586,7 +1668,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -1594,7 +1676,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -1611,7 +1693,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1619,7 +1701,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
             const int e = tid + r * 256;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -1678,7 +1760,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -1723,7 +1805,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -1759,7 +1841,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -1794,7 +1876,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -1820,7 +1902,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm_4k for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1880,7 +1962,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1897,7 +1979,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1905,7 +1987,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -1981,7 +2063,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -2002,7 +2084,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -2011,7 +2093,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -2019,7 +2101,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -2036,7 +2118,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2044,7 +2126,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
             const int e = tid + r * 256;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2103,7 +2185,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2148,7 +2230,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -2184,7 +2266,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -2219,7 +2301,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -2245,7 +2327,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm_4k for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2297,7 +2379,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -2314,7 +2396,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2322,7 +2404,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -2398,7 +2480,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -2419,7 +2501,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -2428,7 +2510,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -2436,7 +2518,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -2453,7 +2535,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2461,7 +2543,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
             const int e = tid + r * 256;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2520,7 +2602,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2565,7 +2647,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -2593,7 +2675,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -2620,7 +2702,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -2642,7 +2724,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel layernorm_16k for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2702,7 +2784,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -2719,7 +2801,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2727,7 +2809,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -2803,7 +2885,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -2824,7 +2906,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -2833,7 +2915,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -2841,7 +2923,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -2858,7 +2940,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2866,7 +2948,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2925,7 +3007,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2970,7 +3052,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -3006,7 +3088,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -3041,7 +3123,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -3067,7 +3149,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel layernorm_16k for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3127,7 +3209,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -3144,7 +3226,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3152,7 +3234,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -3228,7 +3310,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -3249,7 +3331,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -3258,7 +3340,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -3266,7 +3348,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -3283,7 +3365,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3291,7 +3373,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -3350,7 +3432,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -3395,7 +3477,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -3431,7 +3513,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -3466,7 +3548,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -3492,7 +3574,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
     }
 }
 
-/* kernel layernorm_16k for f32: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel layernorm_16k for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3544,7 +3626,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -3561,7 +3643,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3569,7 +3651,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -3645,7 +3727,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -3666,7 +3748,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -3675,7 +3757,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -3683,7 +3765,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -3700,7 +3782,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3708,7 +3790,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -3767,7 +3849,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -3812,7 +3894,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -3840,7 +3922,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -3867,7 +3949,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -3889,7 +3971,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3951,7 +4033,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -3968,7 +4050,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3976,7 +4058,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -4083,7 +4165,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -4104,7 +4186,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -4113,7 +4195,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -4121,7 +4203,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -4138,7 +4220,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4146,7 +4228,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -4236,7 +4318,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -4281,7 +4363,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -4317,7 +4399,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -4352,7 +4434,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
@@ -4379,7 +4461,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4441,7 +4523,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -4458,7 +4540,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4466,7 +4548,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -4573,7 +4655,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -4594,7 +4676,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -4603,7 +4685,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -4611,7 +4693,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -4628,7 +4710,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4636,7 +4718,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -4726,7 +4808,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -4771,7 +4853,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -4807,7 +4889,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -4842,7 +4924,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
@@ -4869,7 +4951,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
     }
 }
 
-/* kernel layernorm for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel layernorm for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4923,7 +5005,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -4940,7 +5022,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4948,7 +5030,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -5047,7 +5129,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -5068,7 +5150,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -5077,7 +5159,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -5085,7 +5167,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -5102,7 +5184,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -5110,7 +5192,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -5192,7 +5274,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -5237,7 +5319,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -5265,7 +5347,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -5292,7 +5374,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }

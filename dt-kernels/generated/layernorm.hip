@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -82,7 +164,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:2); 256 threads, 8200 bytes of shared memory */
+/* kernel layernorm_1k for f16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -142,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -248,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -269,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -278,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -286,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -375,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -424,7 +506,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -433,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = tid + r * 256;
-            {
+            (void)e; {
                 const int l40 = (e / 1) % 1024;
                 v26[r] = (0 + l40 < s1) ? dt_load_f16(in1[(0 + l40) * args.input_strides[1][0]]) : 0.0f;
             }
@@ -446,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -455,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = tid + r * 256;
-            {
+            (void)e; {
                 const int l43 = (e / 1) % 1024;
                 v28[r] = (0 + l43 < s1) ? dt_load_f16(in2[(0 + l43) * args.input_strides[2][0]]) : 0.0f;
             }
@@ -468,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -495,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
     }
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:2); 256 threads, 8200 bytes of shared memory */
+/* kernel layernorm_1k for bf16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -555,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -661,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -682,7 +764,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -691,7 +773,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -699,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -788,7 +870,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -837,7 +919,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -846,7 +928,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = tid + r * 256;
-            {
+            (void)e; {
                 const int l40 = (e / 1) % 1024;
                 v26[r] = (0 + l40 < s1) ? dt_load_bf16(in1[(0 + l40) * args.input_strides[1][0]]) : 0.0f;
             }
@@ -859,7 +941,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -868,7 +950,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = tid + r * 256;
-            {
+            (void)e; {
                 const int l43 = (e / 1) % 1024;
                 v28[r] = (0 + l43 < s1) ? dt_load_bf16(in2[(0 + l43) * args.input_strides[2][0]]) : 0.0f;
             }
@@ -881,7 +963,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -960,7 +1042,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1065,7 +1147,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 1024) % 2;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -1086,7 +1168,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 1024) % 2;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -1095,7 +1177,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -1103,7 +1185,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 1024;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -1191,7 +1273,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -1240,7 +1322,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 1024) % 2;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -1272,7 +1354,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l42 = (e / 1) % 1024;
                 v27[r] = (v25[r] * (dt_smem + 0)[l42]);
             }
@@ -1304,7 +1386,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l45 = (e / 1) % 1024;
                 v29[r] = (v27[r] + (dt_smem + 0)[l45]);
             }
@@ -1327,7 +1409,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm_4k for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1387,7 +1469,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1404,7 +1486,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1412,7 +1494,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -1488,7 +1570,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -1509,7 +1591,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -1518,7 +1600,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -1526,7 +1608,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -1543,7 +1625,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1551,7 +1633,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int e = tid + r * 512;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -1610,7 +1692,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -1655,7 +1737,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -1691,7 +1773,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -1726,7 +1808,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -1752,7 +1834,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm_4k for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1812,7 +1894,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -1829,7 +1911,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1837,7 +1919,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -1913,7 +1995,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -1934,7 +2016,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -1943,7 +2025,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -1951,7 +2033,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -1968,7 +2050,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1976,7 +2058,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int e = tid + r * 512;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2035,7 +2117,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2080,7 +2162,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -2116,7 +2198,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -2151,7 +2233,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -2177,7 +2259,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm_4k for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2229,7 +2311,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -2246,7 +2328,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2254,7 +2336,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -2330,7 +2412,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 4096) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -2351,7 +2433,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 4096) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -2360,7 +2442,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -2368,7 +2450,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 4096;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -2385,7 +2467,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2393,7 +2475,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             const int e = tid + r * 512;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2452,7 +2534,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2497,7 +2579,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 4096) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -2525,7 +2607,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -2552,7 +2634,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -2574,7 +2656,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel layernorm_16k for f16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2634,7 +2716,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -2651,7 +2733,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2659,7 +2741,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -2735,7 +2817,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -2756,7 +2838,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -2765,7 +2847,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -2773,7 +2855,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -2790,7 +2872,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2798,7 +2880,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -2857,7 +2939,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -2902,7 +2984,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -2938,7 +3020,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -2973,7 +3055,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -2999,7 +3081,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel layernorm_16k for bf16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3059,7 +3141,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -3076,7 +3158,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3084,7 +3166,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -3160,7 +3242,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -3181,7 +3263,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -3190,7 +3272,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -3198,7 +3280,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -3215,7 +3297,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3223,7 +3305,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -3282,7 +3364,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -3327,7 +3409,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -3363,7 +3445,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -3398,7 +3480,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -3424,7 +3506,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     }
 }
 
-/* kernel layernorm_16k for f32: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel layernorm_16k for f32: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3476,7 +3558,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
             }
@@ -3493,7 +3575,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3501,7 +3583,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
                 v2[r] = a8;
             }
         }
@@ -3577,7 +3659,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l16 = (e / 16384) % 1;
                 v8[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
@@ -3598,7 +3680,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l19 = (e / 16384) % 1;
                 v11[r] = (v0[r] - (dt_smem + 0)[l19]);
             }
@@ -3607,7 +3689,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v12[r] = (v8[r] * v11[r]);
             }
         }
@@ -3615,7 +3697,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l24 = (e / 1) % 16384;
                 v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
             }
@@ -3632,7 +3714,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -3640,7 +3722,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                 v14[r] = a26;
             }
         }
@@ -3699,7 +3781,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v20[r] = (v0[r] - (dt_smem + 0)[l33]);
             }
@@ -3744,7 +3826,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l38 = (e / 16384) % 1;
                 v25[r] = (v20[r] * (dt_smem + 0)[l38]);
             }
@@ -3772,7 +3854,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
@@ -3799,7 +3881,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
@@ -3821,7 +3903,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3883,7 +3965,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -3900,7 +3982,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3908,7 +3990,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -4015,7 +4097,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -4036,7 +4118,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -4045,7 +4127,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -4053,7 +4135,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -4070,7 +4152,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4078,7 +4160,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -4168,7 +4250,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -4213,7 +4295,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -4249,7 +4331,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -4284,7 +4366,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
@@ -4311,7 +4393,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4373,7 +4455,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -4390,7 +4472,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4398,7 +4480,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -4505,7 +4587,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -4526,7 +4608,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -4535,7 +4617,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -4543,7 +4625,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -4560,7 +4642,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4568,7 +4650,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -4658,7 +4740,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -4703,7 +4785,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -4739,7 +4821,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -4774,7 +4856,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
@@ -4801,7 +4883,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
     }
 }
 
-/* kernel layernorm for f32: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel layernorm for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4855,7 +4937,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
                 }
@@ -4872,7 +4954,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -4880,7 +4962,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
                     v2[r] = a9;
                 }
             }
@@ -4979,7 +5061,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l20 = (e / 4096) % 1;
                     v8[r] = (v6[r] - (dt_smem + 0)[l20]);
                 }
@@ -5000,7 +5082,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l23 = (e / 4096) % 1;
                     v11[r] = (v6[r] - (dt_smem + 0)[l23]);
                 }
@@ -5009,7 +5091,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v12[r] = (v8[r] * v11[r]);
                 }
             }
@@ -5017,7 +5099,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l28 = (e / 1) % 4096;
                     v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
                 }
@@ -5034,7 +5116,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -5042,7 +5124,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
                     v14[r] = a30;
                 }
             }
@@ -5124,7 +5206,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v20[r] = (v18[r] - (dt_smem + 0)[l40]);
                 }
@@ -5169,7 +5251,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l45 = (e / 4096) % 1;
                     v25[r] = (v20[r] * (dt_smem + 0)[l45]);
                 }
@@ -5197,7 +5279,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
@@ -5224,7 +5306,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }

@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -82,7 +164,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 32768 bytes of shared memory */
+/* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 18944 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -109,113 +191,93 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
         for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
             /* rdot accumulator */
             float acc0[128];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[32];
-                #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int e = (c * 128 + tid) * 8;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                        v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                        v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                        v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                        v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                        v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                        v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                        v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                    } else {
-                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                /* v0: loaded by the tensor-core dot that reads it */
+                /* v1: loaded by the tensor-core dot that reads it */
+                /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (e / 4) % 128;
+                            const int l8 = (e / 1) % 4;
+                            if (vec6 && o1 + l7 < s0 && o5 + (l8 * 8 + 7) < s2) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = (o1 + l7 < s0 && o5 + (l8 * 8 + q) < s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[32];
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (e / 16) % 32;
+                            const int l11 = (e / 1) % 16;
+                            if (vec9 && o5 + l10 < s2 && o2 + (l11 * 8 + 7) < s1) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = (o5 + l10 < s2 && o2 + (l11 * 8 + q) < s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[128];
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                {
+                    const int lane = tid & 31;
+                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                    const unsigned fb0 = dt_smem_u32((dt_smem + 2560)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 16) {
+                        unsigned fa[4][4], fb[8][2];
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                        #pragma unroll
+                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            #pragma unroll
+                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                        }
                     }
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the tensor-core dot above */
             }
             float v3[128];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             #pragma unroll
-            for (int c = 0; c < 16; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l17 = (e / 128) % 128;
-                const int l18 = (e / 1) % 128;
-                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v3[c * 8 + 0]) | ((unsigned)dt_store_f16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 2]) | ((unsigned)dt_store_f16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 4]) | ((unsigned)dt_store_f16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 6]) | ((unsigned)dt_store_f16(v3[c * 8 + 7]) << 16));
-                } else {
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
-                }
+            for (int r = 0; r < 128; r++) {
+                const int l14 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l15 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l14 < s0 && o2 + l15 < s1) out[(o1 + l14) * args.output_strides[0] + (o2 + l15) * args.output_strides[1]] = dt_store_f16(v3[r]);
             }
         }
     }
 }
 
-/* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 32768 bytes of shared memory */
+/* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 18944 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -242,107 +304,87 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
         for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
             /* rdot accumulator */
             float acc0[128];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[32];
-                #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int e = (c * 128 + tid) * 8;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                        v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                        v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                        v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                        v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                        v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                        v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                        v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                    } else {
-                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                /* v0: loaded by the tensor-core dot that reads it */
+                /* v1: loaded by the tensor-core dot that reads it */
+                /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (e / 4) % 128;
+                            const int l8 = (e / 1) % 4;
+                            if (vec6 && o1 + l7 < s0 && o5 + (l8 * 8 + 7) < s2) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = (o1 + l7 < s0 && o5 + (l8 * 8 + q) < s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[32];
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (e / 16) % 32;
+                            const int l11 = (e / 1) % 16;
+                            if (vec9 && o5 + l10 < s2 && o2 + (l11 * 8 + 7) < s1) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = (o5 + l10 < s2 && o2 + (l11 * 8 + q) < s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll 1
-                for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[128];
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                {
+                    const int lane = tid & 31;
+                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                    const unsigned fb0 = dt_smem_u32((dt_smem + 2560)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 16) {
+                        unsigned fa[4][4], fb[8][2];
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                        #pragma unroll
+                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            #pragma unroll
+                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                        }
                     }
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                    {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the tensor-core dot above */
             }
             float v3[128];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-                {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             #pragma unroll
-            for (int c = 0; c < 16; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l17 = (e / 128) % 128;
-                const int l18 = (e / 1) % 128;
-                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v3[c * 8 + 0]) | ((unsigned)dt_store_bf16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 2]) | ((unsigned)dt_store_bf16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 4]) | ((unsigned)dt_store_bf16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 6]) | ((unsigned)dt_store_bf16(v3[c * 8 + 7]) << 16));
-                } else {
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
-                }
+            for (int r = 0; r < 128; r++) {
+                const int l14 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l15 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l14 < s0 && o2 + l15 < s1) out[(o1 + l14) * args.output_strides[0] + (o2 + l15) * args.output_strides[1]] = dt_store_bf16(v3[r]);
             }
         }
     }
@@ -378,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     acc0[r] = 0e0f;
                 }
             }
@@ -408,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                 #pragma unroll 1
                 for (int r = 0; r < 32; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -426,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -437,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                 #pragma unroll 1
                 for (int r = 0; r < 128; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -446,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
             #pragma unroll 1
             for (int r = 0; r < 128; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v3[r] = acc0[r];
                 }
             }

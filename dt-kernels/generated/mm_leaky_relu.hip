@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -112,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc0[r] = 0e0f;
                 }
             }
@@ -150,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -168,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -179,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -188,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v3[r] = acc0[r];
                 }
             }
@@ -197,14 +279,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc1[r] = v3[r];
                 }
             }
@@ -212,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v4[r] = acc1[r];
                 }
             }
@@ -232,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
@@ -240,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = acc1[r];
                 }
             }
@@ -256,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v9[r] = acc1[r];
                 }
             }
@@ -268,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
@@ -276,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }
@@ -333,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc0[r] = 0e0f;
                 }
             }
@@ -371,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -389,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -400,7 +482,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    {
+                    (void)e; {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -409,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v3[r] = acc0[r];
                 }
             }
@@ -418,14 +500,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     acc1[r] = v3[r];
                 }
             }
@@ -433,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v4[r] = acc1[r];
                 }
             }
@@ -453,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
@@ -461,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = acc1[r];
                 }
             }
@@ -477,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v9[r] = acc1[r];
                 }
             }
@@ -489,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
@@ -497,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }
@@ -554,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     acc0[r] = 0e0f;
                 }
             }
@@ -584,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 #pragma unroll
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         const int l8 = (e / 32) % 128;
                         const int l9 = (e / 1) % 32;
                         v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
@@ -602,7 +684,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         const int l10 = (e / 128) % 128;
                         const int l11 = (e / 1) % 128;
                         float a12 = 0.0f;
@@ -613,7 +695,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 #pragma unroll 1
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                    {
+                    (void)e; {
                         acc0[r] = acc0[r] + v2[r];
                     }
                 }
@@ -622,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v3[r] = acc0[r];
                 }
             }
@@ -631,14 +713,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     acc1[r] = 0e0f;
                 }
             }
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     acc1[r] = v3[r];
                 }
             }
@@ -646,7 +728,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v4[r] = acc1[r];
                 }
             }
@@ -666,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
@@ -674,7 +756,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v7[r] = acc1[r];
                 }
             }
@@ -690,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v9[r] = acc1[r];
                 }
             }
@@ -702,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v10[r] = ((dt_smem + 0)[0] * v9[r]);
                 }
             }
@@ -710,7 +792,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
                 }
             }

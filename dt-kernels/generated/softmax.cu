@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -82,7 +164,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:2); 128 threads, 40 bytes of shared memory */
+/* kernel softmax_1k for f16: grid block(x:2); 128 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -140,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -157,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -165,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             const int e = tid + r * 128;
             if (e < 2) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 2 + e]);
                 v2[r] = a8;
             }
         }
@@ -225,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -234,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -242,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -259,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -267,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             const int e = tid + r * 128;
             if (e < 2) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 4)[g * 2 + e];
                 v9[r] = a22;
             }
         }
@@ -318,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -327,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -347,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -374,7 +456,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:2); 128 threads, 40 bytes of shared memory */
+/* kernel softmax_1k for bf16: grid block(x:2); 128 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -432,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -449,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -457,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             const int e = tid + r * 128;
             if (e < 2) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 2 + e]);
                 v2[r] = a8;
             }
         }
@@ -517,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -526,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -534,7 +616,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -551,7 +633,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -559,7 +641,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             const int e = tid + r * 128;
             if (e < 2) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 4)[g * 2 + e];
                 v9[r] = a22;
             }
         }
@@ -610,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -619,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -639,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -666,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:2); 128 threads, 40 bytes of shared memory */
+/* kernel softmax_1k for f32: grid block(x:2); 128 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -716,7 +798,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -733,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -741,7 +823,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             const int e = tid + r * 128;
             if (e < 2) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                for (int g = 0; g < 4; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 2 + e]);
                 v2[r] = a8;
             }
         }
@@ -801,7 +883,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -810,7 +892,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -818,7 +900,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -835,7 +917,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -843,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             const int e = tid + r * 128;
             if (e < 2) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 4)[g * 2 + e];
                 v9[r] = a22;
             }
         }
@@ -894,7 +976,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -903,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -923,7 +1005,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -946,7 +1028,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1004,7 +1086,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1021,7 +1103,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1029,7 +1111,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1089,7 +1171,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1098,7 +1180,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1106,7 +1188,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1123,7 +1205,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1131,7 +1213,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
             const int e = tid + r * 256;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1182,7 +1264,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1191,7 +1273,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1211,7 +1293,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1238,7 +1320,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1296,7 +1378,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1313,7 +1395,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1321,7 +1403,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1381,7 +1463,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1390,7 +1472,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1398,7 +1480,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1415,7 +1497,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1423,7 +1505,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
             const int e = tid + r * 256;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1474,7 +1556,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1483,7 +1565,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1503,7 +1585,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1530,7 +1612,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1580,7 +1662,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1597,7 +1679,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1605,7 +1687,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             const int e = tid + r * 256;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1665,7 +1747,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1674,7 +1756,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1682,7 +1764,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1699,7 +1781,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1707,7 +1789,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
             const int e = tid + r * 256;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1758,7 +1840,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1767,7 +1849,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1787,7 +1869,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1810,7 +1892,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1868,7 +1950,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1885,7 +1967,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1893,7 +1975,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1953,7 +2035,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1962,7 +2044,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1970,7 +2052,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1987,7 +2069,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1995,7 +2077,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2046,7 +2128,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2055,7 +2137,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2075,7 +2157,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2102,7 +2184,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2160,7 +2242,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -2177,7 +2259,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2185,7 +2267,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -2245,7 +2327,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -2254,7 +2336,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -2262,7 +2344,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -2279,7 +2361,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2287,7 +2369,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2338,7 +2420,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2347,7 +2429,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2367,7 +2449,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2394,7 +2476,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 132 bytes of shared memory */
+/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2444,7 +2526,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -2461,7 +2543,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2469,7 +2551,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 32; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -2529,7 +2611,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -2538,7 +2620,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -2546,7 +2628,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -2563,7 +2645,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2571,7 +2653,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             const int e = tid + r * 1024;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 32; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2622,7 +2704,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2631,7 +2713,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2651,7 +2733,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2674,7 +2756,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
     }
 }
 
-/* kernel softmax for f16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2734,7 +2816,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -2751,7 +2833,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -2759,7 +2841,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -2850,7 +2932,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -2859,7 +2941,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -2867,7 +2949,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -2884,7 +2966,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -2892,7 +2974,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -2974,7 +3056,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -2983,7 +3065,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3003,7 +3085,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
@@ -3031,7 +3113,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
     }
 }
 
-/* kernel softmax for bf16: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3091,7 +3173,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -3108,7 +3190,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3116,7 +3198,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -3207,7 +3289,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -3216,7 +3298,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -3224,7 +3306,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -3241,7 +3323,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3249,7 +3331,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -3331,7 +3413,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -3340,7 +3422,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3360,7 +3442,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
@@ -3388,7 +3470,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
     }
 }
 
-/* kernel softmax for f32: grid block(x:1); 256 threads, 36 bytes of shared memory */
+/* kernel softmax for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3440,7 +3522,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -3457,7 +3539,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3465,7 +3547,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 8; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -3548,7 +3630,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -3557,7 +3639,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -3565,7 +3647,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -3582,7 +3664,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3590,7 +3672,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
                 const int e = tid + r * 256;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -3664,7 +3746,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -3673,7 +3755,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3693,7 +3775,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }

@@ -68,6 +68,88 @@ DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mas
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 #endif
 
+#if !defined(__HIPCC__)
+/* Tensor cores, for dots of f16 and bf16 tiles staged in shared memory (sm_80 and newer; on an
+ * older GPU, and in nvcc's host pass, the bodies trap instead: dtc uses them only in kernels it
+ * means for sm_80 and newer).
+ * dt_smem_u32: the shared-state-space address of a pointer into shared memory.
+ * dt_ldmatrix_x4 / _x2: four / two 8x8 matrices of 16-bit values; lanes 8i..8i+7 each give the
+ * 16-byte-aligned address of one row of matrix i, and every lane l receives, in register i, the
+ * elements (l / 4, 2 * (l % 4)) and (l / 4, 2 * (l % 4) + 1) of matrix i; the _trans forms give
+ * (2 * (l % 4), l / 4) and (2 * (l % 4) + 1, l / 4), that is, columns instead of rows.
+ * dt_mma_m16n8k16_T: d += a * b for a 16x16 A fragment (row-major), a 16x8 B fragment
+ * (column-major) of element type T and a 16x8 f32 accumulator, m16n8k16 fragment layouts. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define DT_SM80 1
+#else
+#define DT_SM80 0
+#endif
+DT_FN unsigned dt_smem_u32(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+/* dt_copy16_to_shared: 16 bytes from global memory (16-byte aligned, read-only while the kernel
+ * runs) to shared memory (16-byte aligned). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
+    unsigned a, b, c, d;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x4_trans(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+#else
+    r0 = r1 = r2 = r3 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_ldmatrix_x2_trans(unsigned& r0, unsigned& r1, unsigned addr) {
+#if DT_SM80
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+#else
+    r0 = r1 = addr;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    asm volatile("trap;");
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
@@ -82,7 +164,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:2); 256 threads, 8200 bytes of shared memory */
+/* kernel softmax_1k for f16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -140,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -226,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -235,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -243,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -320,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -329,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -349,7 +431,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -376,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:2); 256 threads, 8200 bytes of shared memory */
+/* kernel softmax_1k for bf16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -434,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -520,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -529,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -537,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -614,7 +696,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -623,7 +705,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -643,7 +725,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -670,7 +752,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:2); 256 threads, 72 bytes of shared memory */
+/* kernel softmax_1k for f32: grid block(x:2); 256 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -720,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 1024;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -737,7 +819,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -745,7 +827,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
             const int e = tid + r * 256;
             if (e < 2) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 2)[g * 2 + e]);
+                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 2 + e]);
                 v2[r] = a8;
             }
         }
@@ -805,7 +887,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 1024) % 2;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -814,7 +896,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -822,7 +904,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 1024;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -839,7 +921,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 2)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -847,7 +929,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
             const int e = tid + r * 256;
             if (e < 2) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 2)[g * 2 + e];
+                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 4)[g * 2 + e];
                 v9[r] = a22;
             }
         }
@@ -898,7 +980,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 1024) % 2;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -907,7 +989,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -927,7 +1009,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 1024) % 2;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -950,7 +1032,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax_4k for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1008,7 +1090,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1025,7 +1107,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1033,7 +1115,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1093,7 +1175,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1102,7 +1184,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1110,7 +1192,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1127,7 +1209,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1135,7 +1217,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             const int e = tid + r * 512;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1186,7 +1268,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1195,7 +1277,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1215,7 +1297,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1242,7 +1324,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax_4k for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1300,7 +1382,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1317,7 +1399,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1325,7 +1407,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1385,7 +1467,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1394,7 +1476,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1402,7 +1484,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1419,7 +1501,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1427,7 +1509,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             const int e = tid + r * 512;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1478,7 +1560,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1487,7 +1569,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1507,7 +1589,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1534,7 +1616,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax_4k for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1584,7 +1666,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 4096;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1601,7 +1683,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1609,7 +1691,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             const int e = tid + r * 512;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1669,7 +1751,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 4096) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1678,7 +1760,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1686,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 4096;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1703,7 +1785,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1711,7 +1793,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             const int e = tid + r * 512;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -1762,7 +1844,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 4096) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -1771,7 +1853,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -1791,7 +1873,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 4096) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -1814,7 +1896,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel softmax_16k for f16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1872,7 +1954,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -1889,7 +1971,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1897,7 +1979,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -1957,7 +2039,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -1966,7 +2048,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -1974,7 +2056,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -1991,7 +2073,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -1999,7 +2081,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2050,7 +2132,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2059,7 +2141,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2079,7 +2161,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2106,7 +2188,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel softmax_16k for bf16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2164,7 +2246,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -2181,7 +2263,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2189,7 +2271,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -2249,7 +2331,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -2258,7 +2340,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -2266,7 +2348,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -2283,7 +2365,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2291,7 +2373,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2342,7 +2424,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2351,7 +2433,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2371,7 +2453,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2398,7 +2480,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:1); 2048 threads, 260 bytes of shared memory */
+/* kernel softmax_16k for f32: grid block(x:1); 2048 threads, 272 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2448,7 +2530,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l6 = (e / 1) % 16384;
                 v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
             }
@@ -2465,7 +2547,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2473,7 +2555,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 1)[g * 1 + e]);
+                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
                 v2[r] = a8;
             }
         }
@@ -2533,7 +2615,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l15 = (e / 16384) % 1;
                 v6[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
@@ -2542,7 +2624,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
@@ -2550,7 +2632,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l20 = (e / 1) % 16384;
                 v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
             }
@@ -2567,7 +2649,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
@@ -2575,7 +2657,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             const int e = tid + r * 2048;
             if (e < 1) {
                 float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 1)[g * 1 + e];
+                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
                 v9[r] = a22;
             }
         }
@@ -2626,7 +2708,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l28 = (e / 16384) % 1;
                 v13[r] = (v0[r] - (dt_smem + 0)[l28]);
             }
@@ -2635,7 +2717,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 v14[r] = expf(v13[r]);
             }
         }
@@ -2655,7 +2737,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            {
+            (void)e; {
                 const int l33 = (e / 16384) % 1;
                 v16[r] = (v14[r] / (dt_smem + 0)[l33]);
             }
@@ -2678,7 +2760,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
     }
 }
 
-/* kernel softmax for f16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2738,7 +2820,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -2755,7 +2837,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -2763,7 +2845,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -2854,7 +2936,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -2863,7 +2945,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -2871,7 +2953,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -2888,7 +2970,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -2896,7 +2978,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -2978,7 +3060,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -2987,7 +3069,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3007,7 +3089,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
@@ -3035,7 +3117,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
     }
 }
 
-/* kernel softmax for bf16: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3095,7 +3177,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -3112,7 +3194,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3120,7 +3202,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -3211,7 +3293,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -3220,7 +3302,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -3228,7 +3310,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -3245,7 +3327,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3253,7 +3335,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -3335,7 +3417,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -3344,7 +3426,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3364,7 +3446,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }
@@ -3392,7 +3474,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
     }
 }
 
-/* kernel softmax for f32: grid block(x:1); 512 threads, 68 bytes of shared memory */
+/* kernel softmax for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3444,7 +3526,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l7 = (e / 1) % 4096;
                     v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
                 }
@@ -3461,7 +3543,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3469,7 +3551,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 1)[g * 1 + e]);
+                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
                     v2[r] = a9;
                 }
             }
@@ -3552,7 +3634,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l19 = (e / 4096) % 1;
                     v6[r] = (v4[r] - (dt_smem + 0)[l19]);
                 }
@@ -3561,7 +3643,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
@@ -3569,7 +3651,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l24 = (e / 1) % 4096;
                     v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
                 }
@@ -3586,7 +3668,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 1)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
             #pragma unroll
@@ -3594,7 +3676,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = tid + r * 512;
                 if (e < 1) {
                     float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 1)[g * 1 + e];
+                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
                     v9[r] = a26;
                 }
             }
@@ -3668,7 +3750,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l35 = (e / 4096) % 1;
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
@@ -3677,7 +3759,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
@@ -3697,7 +3779,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                {
+                (void)e; {
                     const int l40 = (e / 4096) % 1;
                     v16[r] = (v14[r] / (dt_smem + 0)[l40]);
                 }

@@ -157,7 +157,6 @@ struct Prepared {
 
 fn prepare(a: &RunArgs) -> Result<Prepared, String> {
     let program = load(&a.file)?;
-    let kernel = pick_kernel(&program, a.kernel.as_deref(), &a.file)?;
     let mut args = Args::default();
     let mut input_dtype: Option<DType> = None;
     for s in &a.inputs {
@@ -183,7 +182,22 @@ fn prepare(a: &RunArgs) -> Result<Prepared, String> {
         Some(s) => DType::from_name(s).ok_or_else(|| format!("unknown --dtype `{s}` (f16, bf16, f32)"))?,
         None => input_dtype.unwrap_or(DType::F32),
     };
+    let kernel = match pick_kernel(&program, a.kernel.as_deref(), &a.file) {
+        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args).ok_or(several)?,
+        other => other?,
+    };
     Ok(Prepared { program, kernel, args, dtype })
+}
+
+/// For a spec whose kernels are the size-class variants of one kernel (`softmax_1k`, ...,
+/// `softmax`), the one the library would run: the first whose bounds admit the arguments' sizes.
+fn pick_size_class(p: &Program, args: &Args) -> Option<FuncId> {
+    let names: Vec<&str> = p.kernels.iter().map(|k| p.func(*k).name.as_str()).collect();
+    let family = names.iter().find(|f| names.iter().all(|n| dt_core::kir::is_variant_of(n, f)))?;
+    p.kernels.iter().copied().filter(|k| dt_core::kir::is_variant_of(&p.func(*k).name, family)).find(|k| {
+        let (Ok(bound), Ok(kernel)) = (dt_core::tensor::bind(p, *k, args), dt_core::lower::lower(p, *k)) else { return false };
+        dt_codegen::host::check_bounds(&kernel, &bound).is_ok()
+    })
 }
 
 fn eval(a: &RunArgs) -> Result<(), String> {

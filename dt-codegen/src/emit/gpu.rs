@@ -1,12 +1,19 @@
 //! The GPU emitter, for CUDA C and HIP C (one emitter, a [`Dialect`]).
 //!
-//! A program is one thread block of `num_warps` warps (wavefronts on AMD). Tiles follow the
-//! blocked layout in its simplest form: element `e` of a tile of `N` elements (row-major) lives in
-//! register slot `e / T` of thread `e % T`, `T` being the block's thread count, so element-wise
-//! work between tiles of one shape needs no communication and loads and stores are coalesced
-//! along the last dimension. An operand read under another shape (a broadcast, the input of a
-//! reduction, a dot operand) is first published to a shared-memory slot; threads then read the
-//! elements they need from there. Nothing depends on the warp width.
+//! A program is one thread block of `num_warps` warps (wavefronts on AMD). Every value has a
+//! register layout, decided per kernel instance before printing ([`mma::plan`]). Most tiles
+//! follow the blocked layout in its simplest form: element `e` of a tile of `N` elements
+//! (row-major) lives in register slot `e / T` of thread `e % T`, `T` being the block's thread
+//! count, so element-wise work between tiles of one shape needs no communication and loads and
+//! stores are coalesced along the last dimension. On CUDA, f16 and bf16 dots that tensor cores
+//! can compute, and what is computed from them element-wise, use the `mma.sync` accumulator
+//! layout instead (see `gpu_mma.rs`). An operand read under another shape or another layout (a
+//! broadcast, the input of a reduction, a dot operand) is first published to a shared-memory
+//! slot with its producer's mapping; threads then read the elements they need from there. The
+//! blocked layout depends on nothing but the thread count.
+
+#[path = "gpu_mma.rs"]
+mod mma;
 
 use super::expr::{binary, combine, float_lit, unary};
 use super::{check_abi, program_coords, EmitError, Lanes};
@@ -14,6 +21,7 @@ use crate::abi;
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::DType;
+use mma::{Plan, RegLayout};
 use std::fmt::Write;
 
 /// The device runtime every generated GPU file starts with.
@@ -75,13 +83,6 @@ fn c_type(d: DType) -> &'static str {
     }
 }
 
-/// A statement that reads values: the `Let` defining a value, or an `Update` or `Store` of one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reader {
-    Let(ValueId),
-    Sink(ValueId),
-}
-
 /// Which operands of which statements go through shared memory, and the slots they use.
 struct Publishing {
     /// (value, slot) pairs, by the statement that reads them.
@@ -94,12 +95,15 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     check_abi(k)?;
     let threads = k.num_warps * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
-    let publishing = plan_publishing(k, threads as usize, vector);
+    let mapping = Mapping { threads: threads as usize, vector };
+    let plan = mma::plan(k, dtype, dialect);
+    let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
     let mut total = 0usize;
     for n in &publishing.slot_elements {
         offsets.push(total);
-        total += n;
+        // Every slot starts 16-byte aligned, as `ldmatrix` rows must.
+        total += n.next_multiple_of(4);
     }
     let shared_bytes = (total * 4) as u32;
     if shared_bytes > MAX_SHARED_BYTES {
@@ -108,7 +112,6 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
             k.name
         )));
     }
-    let mapping = Mapping { threads: threads as usize, vector };
     let mut e = Emitter {
         k,
         dtype,
@@ -120,6 +123,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         next: 0,
         publishing,
         slot_offsets: offsets,
+        plan,
     };
     let t = c_type(dtype);
     let _ = writeln!(
@@ -147,28 +151,27 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     Ok((e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
 }
 
-/// Assigns a shared-memory slot to every operand read under a shape other than its own.
-fn plan_publishing(k: &Kernel, threads: usize, vector: usize) -> Publishing {
+/// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
+/// own.
+fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
     let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new() };
-    let mapping = Mapping { threads, vector };
-    let walk_ctx = (mapping, threads);
-    fn walk(k: &Kernel, stmts: &[Stmt], p: &mut Publishing, ctx: (Mapping, usize)) {
-        let (mapping, threads) = ctx;
+    fn walk(k: &Kernel, plan: &Plan, mapping: Mapping, stmts: &[Stmt], p: &mut Publishing) {
+        let layout = |v: ValueId| plan.values[v.0 as usize];
         for s in stmts {
-            let (result, shape, operands): (Reader, Shape, Vec<ValueId>) = match s {
+            // What the statement iterates over, and which operands it reads element-wise.
+            let (reader, shape, iter_layout, operands): (Reader, Shape, RegLayout, Vec<ValueId>) = match s {
                 Stmt::Let { value, op } => {
                     let shape = k.value(*value).shape.clone();
                     let ops = match op {
-                        Op::Unary(_, a) | Op::MaskFill { value: a, .. } => vec![*a],
-                        Op::Binary(_, a, b) => vec![*a, *b],
-                        Op::Select(c, a, b) => vec![*c, *a, *b],
+                        Op::Unary(..) | Op::MaskFill { .. } | Op::Binary(..) | Op::Select(..) => mma::operands(op),
                         // Reductions and dots read across threads: always published.
                         Op::Reduce { value: operand, dim, .. } => {
                             // Slot 1 receives the partial results of the threads (in registers)
                             // or of the cooperative groups (through slot 0).
                             let sv = &k.value(*operand).shape;
-                            let partials = match mapping.register_reduce(sv, *dim) {
-                                Some(rows) => rows * (threads / 32),
+                            let in_registers = layout(*operand) == RegLayout::Blocked;
+                            let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
+                                Some(rows) => rows * (mapping.threads / 32),
                                 None => {
                                     add(p, Reader::Let(*value), k, vec![*operand]);
                                     shape.elements()
@@ -181,40 +184,61 @@ fn plan_publishing(k: &Kernel, threads: usize, vector: usize) -> Publishing {
                             continue;
                         }
                         Op::Dot { a, b, .. } => {
-                            add(p, Reader::Let(*value), k, vec![*a, *b]);
+                            match plan.dot(*value) {
+                                // Staged as padded 16-bit rows by the tensor-core dot itself.
+                                Some(d) => {
+                                    for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
+                                        grow(p, slot, words);
+                                    }
+                                }
+                                None => add(p, Reader::Let(*value), k, vec![*a, *b]),
+                            }
                             continue;
                         }
                         _ => vec![],
                     };
-                    (Reader::Let(*value), shape, ops)
+                    (Reader::Let(*value), shape, layout(*value), ops)
                 }
-                Stmt::Update { var, value, .. } => (Reader::Sink(*value), k.var(*var).clone(), vec![*value]),
-                Stmt::Store { value, tile } => (Reader::Sink(*value), tile.clone(), vec![*value]),
+                Stmt::Update { var, value, .. } => {
+                    (Reader::Update(*var, *value), k.var(*var).clone(), plan.vars[var.0 as usize], vec![*value])
+                }
+                Stmt::Store { value, tile } => {
+                    let l = if k.value(*value).shape == *tile { layout(*value) } else { RegLayout::Blocked };
+                    (Reader::Store(*value), tile.clone(), l, vec![*value])
+                }
                 Stmt::Loop(l) => {
-                    walk(k, &l.body, p, ctx);
+                    walk(k, plan, mapping, &l.body, p);
                     continue;
                 }
                 Stmt::Init { .. } => continue,
             };
-            let cross: Vec<ValueId> = operands.into_iter().filter(|o| !same_layout(&k.value(*o).shape, &shape)).collect();
+            let cross: Vec<ValueId> = operands
+                .into_iter()
+                .filter(|o| {
+                    let (ol, os) = (layout(*o), &k.value(*o).shape);
+                    ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape }
+                })
+                .collect();
             if !cross.is_empty() {
-                add(p, result, k, cross);
+                add(p, reader, k, cross);
             }
         }
+    }
+    fn grow(p: &mut Publishing, slot: usize, n: usize) {
+        if p.slot_elements.len() <= slot {
+            p.slot_elements.resize(slot + 1, 0);
+        }
+        p.slot_elements[slot] = p.slot_elements[slot].max(n);
     }
     fn add(p: &mut Publishing, reader: Reader, k: &Kernel, ops: Vec<ValueId>) {
         let mut list = Vec::new();
         for (slot, o) in ops.into_iter().enumerate() {
-            let n = k.value(o).shape.elements();
-            if p.slot_elements.len() <= slot {
-                p.slot_elements.push(0);
-            }
-            p.slot_elements[slot] = p.slot_elements[slot].max(n);
+            grow(p, slot, k.value(o).shape.elements());
             list.push((o, slot));
         }
         p.reads.push((reader, list));
     }
-    walk(k, &k.body, &mut p, walk_ctx);
+    walk(k, plan, mapping, &k.body, &mut p);
     p
 }
 
@@ -275,6 +299,14 @@ impl Mapping {
     }
 }
 
+/// A statement that reads operands element-wise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    Let(ValueId),
+    Update(VarId, ValueId),
+    Store(ValueId),
+}
+
 struct Emitter<'a> {
     k: &'a Kernel,
     dtype: DType,
@@ -286,6 +318,8 @@ struct Emitter<'a> {
     next: usize,
     publishing: Publishing,
     slot_offsets: Vec<usize>,
+    /// The register layout of every value and accumulator, and the tensor-core dots.
+    plan: Plan,
 }
 
 /// Where an operand's elements are read from inside an element loop.
@@ -331,20 +365,31 @@ impl Emitter<'_> {
         format!("(dt_smem + {})", self.slot_offsets[s])
     }
 
-    /// Writes `v` (in registers) to shared-memory slot `s`, between barriers.
+    fn layout(&self, v: ValueId) -> RegLayout {
+        self.plan.values[v.0 as usize]
+    }
+
+    /// Writes `v` (in registers) to shared-memory slot `s` as a row-major tile, between
+    /// barriers: each thread writes the elements its layout gives it.
     fn publish(&mut self, v: ValueId, s: usize) {
-        let n = self.k.value(v).shape.elements();
+        let shape = self.k.value(v).shape.clone();
+        let n = shape.elements();
         let r = self.regs(n);
         let (e, slot) = (self.mapping.element(n, "r"), self.slot(s));
         self.line("__syncthreads();");
-        self.line(unroll(r));
-        let store = format!("{slot}[e] = v{}[r];", v.0);
-        let guarded = if self.covers(n) { store } else { format!("if (e < {n}) {store}") };
-        self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = {e}; {guarded} }}"));
+        match self.layout(v) {
+            RegLayout::Blocked => {
+                self.line(unroll(r));
+                let store = format!("{slot}[e] = v{}[r];", v.0);
+                let guarded = if self.covers(n) { store } else { format!("if (e < {n}) {store}") };
+                self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = {e}; {guarded} }}"));
+            }
+            layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{slot}[e] = v{}[r];", v.0))),
+        }
         self.line("__syncthreads();");
     }
 
-    /// Publishes what the statement that defines `reader` reads across threads; returns how each
+    /// Publishes what statement `reader` reads across threads or layouts; returns how each
     /// operand is read.
     fn sources(&mut self, reader: Reader, operands: &[ValueId]) -> Vec<Source> {
         let plan = self.publishing.reads.iter().find(|(r, _)| *r == reader).map(|(_, l)| l.clone()).unwrap_or_default();
@@ -367,18 +412,27 @@ impl Emitter<'_> {
         }
     }
 
-    /// Loops over the elements of `shape` this thread owns, with the lane along each dimension
-    /// decoded (only the lanes the body uses are declared).
-    fn for_owned(&mut self, shape: &Shape, body: impl FnOnce(&mut Self, &Lanes)) {
+    /// Loops over the elements of `shape` this thread owns under `layout`, with the lane along
+    /// each dimension decoded (only the lanes the body uses are declared); `r` is the register
+    /// slot and `e` the row-major index of the element.
+    fn for_owned(&mut self, shape: &Shape, layout: RegLayout, body: impl FnOnce(&mut Self, &Lanes)) {
+        match layout {
+            RegLayout::Mma(t) => self.for_owned_mma(shape, t, body),
+            RegLayout::Blocked => self.for_blocked(shape, unroll(self.regs(shape.elements())), body),
+        }
+    }
+
+    /// [`Self::for_owned`] for the blocked layout, the loop preceded by `pragma`.
+    fn for_blocked(&mut self, shape: &Shape, pragma: &str, body: impl FnOnce(&mut Self, &Lanes)) {
         let n = shape.elements();
         let r = self.regs(n);
-        self.line(unroll(r));
+        self.line(pragma);
         self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
         self.depth += 1;
         self.line(&format!("const int e = {};", self.mapping.element(n, "r")));
         // Where every register holds an element, no guard: a guard makes each register's
         // assignment conditional, which costs registers.
-        self.line(if self.covers(n) { "{" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
+        self.line(if self.covers(n) { "(void)e; {" } else { "if (e < N) {" }.replace('N', &n.to_string()).as_str());
         self.depth += 1;
         self.with_lanes(shape, body);
         self.depth -= 1;
@@ -400,6 +454,40 @@ impl Emitter<'_> {
             }
         }
         self.out += &inner;
+    }
+
+    /// [`Self::for_owned`] for the mma accumulator layout: always unrolled, so that the fragment
+    /// registers stay registers (`mma.sync` needs them so), lanes computed from the thread and
+    /// the register slot.
+    fn for_owned_mma(&mut self, shape: &Shape, t: mma::MmaTile, body: impl FnOnce(&mut Self, &Lanes)) {
+        let r = self.regs(shape.elements());
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {r}; r++) {{"));
+        self.depth += 1;
+        let lanes = Lanes(shape.0.iter().map(|(d, _)| (*d, self.fresh("l"))).collect());
+        let before = std::mem::take(&mut self.out);
+        body(self, &lanes);
+        let inner = std::mem::replace(&mut self.out, before);
+        let (row, col) = t.row_col("r");
+        let e = if mentions(&inner, "e") { format!("const int e = {};", lanes.index(shape)) } else { String::new() };
+        for (d, l) in &lanes.0 {
+            if mentions(&inner, l) || mentions(&e, l) {
+                let v = if *d == t.m {
+                    row.as_str()
+                } else if *d == t.n {
+                    col.as_str()
+                } else {
+                    "0"
+                };
+                self.line(&format!("const int {l} = {v};"));
+            }
+        }
+        if !e.is_empty() {
+            self.line(&e);
+        }
+        self.out += &inner;
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// A reduction by groups of `group` consecutive threads per result element: each thread
@@ -466,7 +554,7 @@ impl Emitter<'_> {
         self.line("__syncthreads();");
         self.depth -= 1;
         self.line("}");
-        self.for_owned(result, |e, _| {
+        self.for_owned(result, RegLayout::Blocked, |e, _| {
             let acc = e.fresh("a");
             e.line(&format!("float {acc} = {ident};"));
             e.line(&format!("for (int g = 0; g < {groups}; g++) {acc} = {};", combine(op, &acc, &format!("{red}[g * {rows} + e]"))));
@@ -552,13 +640,18 @@ impl Emitter<'_> {
                 let name = format!("acc{}", var.0);
                 self.declare(&name, &shape);
                 let v = float_lit(*value);
-                self.for_owned(&shape, |e, _| e.line(&format!("{name}[r] = {v};")));
+                let layout = self.plan.vars[var.0 as usize];
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{name}[r] = {v};")));
+            }
+            Stmt::Update { var, value, .. } if self.plan.fused_update(*var, *value) => {
+                self.line(&format!("/* acc{} += v{}: accumulated by the tensor-core dot above */", var.0, value.0));
             }
             Stmt::Update { var, combine: how, value } => {
                 let shape = self.k.var(*var).clone();
-                let src = self.sources(Reader::Sink(*value), &[*value]);
+                let src = self.sources(Reader::Update(*var, *value), &[*value]);
                 let name = format!("acc{}", var.0);
-                self.for_owned(&shape, |e, l| {
+                let layout = self.plan.vars[var.0 as usize];
+                self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
                     let rhs = match how {
                         Combine::Set => v,
@@ -581,7 +674,9 @@ impl Emitter<'_> {
                 self.line("}");
             }
             Stmt::Store { value, tile }
-                if same_layout(&self.k.value(*value).shape, tile) && self.vector_run(tile, &self.k.output.dims).is_some() =>
+                if self.layout(*value) == RegLayout::Blocked
+                    && same_layout(&self.k.value(*value).shape, tile)
+                    && self.vector_run(tile, &self.k.output.dims).is_some() =>
             {
                 let dims = self.k.output.dims.clone();
                 let v = self.vector_run(tile, &dims).unwrap_or(1);
@@ -606,10 +701,12 @@ impl Emitter<'_> {
                 });
             }
             Stmt::Store { value, tile } => {
-                let src = self.sources(Reader::Sink(*value), &[*value]);
+                let src = self.sources(Reader::Store(*value), &[*value]);
                 let out_dims = self.k.output.dims.clone();
                 let store = format!("dt_store_{}", self.dtype.name());
-                self.for_owned(tile, |e, l| {
+                // A store of a whole tile runs in the tile's layout; a broadcast one, blocked.
+                let layout = if self.k.value(*value).shape == *tile { self.layout(*value) } else { RegLayout::Blocked };
+                self.for_owned(tile, layout, |e, l| {
                     let (cond, addr) = super::masked_address(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args.output_strides[{a}]"));
                     let v = e.read(&src[0], l);
                     e.line(&format!("if ({cond}) out[{addr}] = {store}({v});"));
@@ -622,27 +719,31 @@ impl Emitter<'_> {
     fn op(&mut self, id: ValueId, op: &Op) -> Result<(), EmitError> {
         let shape = self.k.value(id).shape.clone();
         let dst = format!("v{}", id.0);
+        let layout = self.layout(id);
         match op {
             Op::Const(c) => {
                 self.declare(&dst, &shape);
                 let c = float_lit(*c);
-                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {c};")));
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {c};")));
             }
             Op::Scalar(i) => {
                 self.declare(&dst, &shape);
-                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = args.scalars[{i}];")));
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = args.scalars[{i}];")));
             }
             Op::Len(d) => {
                 self.declare(&dst, &shape);
                 let s = self.size(*d);
-                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = (float){s};")));
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = (float){s};")));
             }
             Op::Index(d) => {
                 self.declare(&dst, &shape);
                 let o = self.offset(*d);
-                self.for_owned(&shape, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
+                self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
             }
-            Op::Load { input, axes } if self.vector_run(&shape, axes).is_some() => {
+            Op::Load { .. } if self.plan.direct_load(id) => {
+                self.line(&format!("/* v{}: loaded by the tensor-core dot that reads it */", id.0));
+            }
+            Op::Load { input, axes } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {
                 self.declare(&dst, &shape);
                 let v = self.vector_run(&shape, axes).unwrap_or(1);
                 let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
@@ -669,7 +770,7 @@ impl Emitter<'_> {
             Op::Load { input, axes } => {
                 self.declare(&dst, &shape);
                 let load = format!("dt_load_{}", self.dtype.name());
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let (cond, addr) =
                         super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
                     e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;"));
@@ -678,7 +779,7 @@ impl Emitter<'_> {
             Op::Unary(u, a) => {
                 let src = self.sources(Reader::Let(id), &[*a]);
                 self.declare(&dst, &shape);
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
                     e.line(&format!("{dst}[r] = {};", unary(*u, &v)));
                 });
@@ -686,7 +787,7 @@ impl Emitter<'_> {
             Op::Binary(b, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*x, *y]);
                 self.declare(&dst, &shape);
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
                     e.line(&format!("{dst}[r] = {};", binary(*b, &vx, &vy)));
                 });
@@ -694,7 +795,7 @@ impl Emitter<'_> {
             Op::Select(c, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*c, *x, *y]);
                 self.declare(&dst, &shape);
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
                     e.line(&format!("{dst}[r] = {vc} != 0.0f ? {vx} : {vy};"));
                 });
@@ -703,13 +804,16 @@ impl Emitter<'_> {
                 let src = self.sources(Reader::Let(id), &[*value]);
                 self.declare(&dst, &shape);
                 let fill = float_lit(*fill);
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let cond = if shape.extent(*dim).is_some() { e.valid(*dim, l.lane(*dim)) } else { "1".into() };
                     let v = e.read(&src[0], l);
                     e.line(&format!("{dst}[r] = ({cond}) ? {v} : {fill};"));
                 });
             }
-            Op::Reduce { op, value, dim } if self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some() => {
+            Op::Reduce { op, value, dim }
+                if self.layout(*value) == RegLayout::Blocked
+                    && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some() =>
+            {
                 let sv = self.k.value(*value).shape.clone();
                 let rows = self.mapping.register_reduce(&sv, *dim).unwrap_or(1);
                 self.declare(&dst, &shape);
@@ -725,7 +829,7 @@ impl Emitter<'_> {
                 let group = reduce_group(self.threads as usize, shape.elements(), n);
                 if group == 1 {
                     // One thread per result element, serially over the reduced lanes.
-                    self.for_owned(&shape, |e, l| {
+                    self.for_owned(&shape, layout, |e, l| {
                         let acc = e.fresh("a");
                         e.line(&format!("float {acc} = {ident};"));
                         e.line(&format!(
@@ -737,8 +841,12 @@ impl Emitter<'_> {
                 } else {
                     self.cooperative_reduce(*op, &shape, &sv, n, st, group);
                     let res = self.slot(1);
-                    self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {res}[e];")));
+                    self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {res}[e];")));
                 }
+            }
+            Op::Dot { .. } if self.plan.dot(id).is_some() => {
+                let d = self.plan.dot(id).expect("planned").clone();
+                self.mma_dot(id, &d);
             }
             Op::Dot { a, b, dim } => {
                 let (sa, sb) = (self.k.value(*a).shape.clone(), self.k.value(*b).shape.clone());
@@ -746,7 +854,7 @@ impl Emitter<'_> {
                 let (s0, s1) = (self.slot(0), self.slot(1));
                 self.declare(&dst, &shape);
                 let (n, ta, tb) = (sa.extent(*dim).unwrap_or(1), sa.stride(*dim), sb.stride(*dim));
-                self.for_owned(&shape, |e, l| {
+                self.for_owned(&shape, layout, |e, l| {
                     let acc = e.fresh("a");
                     e.line(&format!("float {acc} = 0.0f;"));
                     e.line(&format!(
@@ -760,7 +868,7 @@ impl Emitter<'_> {
             Op::Var(v) => {
                 self.declare(&dst, &shape);
                 let src = format!("acc{}", v.0);
-                self.for_owned(&shape, |e, _| e.line(&format!("{dst}[r] = {src}[r];")));
+                self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {src}[r];")));
             }
         }
         Ok(())

@@ -1,0 +1,551 @@
+//! Register layouts of the GPU emitter, and `rdot` on NVIDIA tensor cores (`mma.sync`).
+//!
+//! Before a kernel is printed, [`plan`] gives every value and accumulator a [`RegLayout`]: where
+//! each element of the tile lives (which thread, which register slot). Most tiles are
+//! [`RegLayout::Blocked`]. A dot that tensor cores can compute gets [`RegLayout::Mma`], the
+//! accumulator layout of `mma.sync.m16n8k16`, and so do the accumulators it is summed into and the
+//! element-wise values computed only from such tiles, so that the epilogue (scaling, masking, the
+//! store) runs on the fragments in place. Where two layouts meet, the value is published through
+//! shared memory with its producer's mapping and read back under the reader's, as any tile read
+//! under another shape is.
+//!
+//! A tensor-core dot stages both operands in shared memory as 16-bit values, in lines padded so
+//! that the eight line addresses of an `ldmatrix` fall in distinct banks: [rows][K], or
+//! [K][rows] (read with `ldmatrix.trans`) for an operand whose input has the row dimension as
+//! its last, contiguous axis, so that the copy from global memory is coalesced either way. An
+//! operand loaded only for the dot is copied there straight from global memory, 16 bytes at a
+//! time where the input allows. Each warp then walks the contraction in steps of 16, loading
+//! fragments with `ldmatrix` and accumulating in f32 with `mma.sync`, into the registers of the
+//! accumulator the dot is summed into. This applies only where it changes no result beyond the
+//! order of f32 additions: on CUDA (the helpers need sm_80), for f16 and bf16 kernels whose
+//! operands are exact in that type (loads, possibly masked with a representable fill; a value
+//! computed in the kernel is f32 and is left to the scalar path, such as the probabilities of
+//! attention), and for tiles the warps divide into whole m16n8k16 fragments. There is no
+//! software pipeline yet: the copy to shared memory and the tensor-core work of one step do not
+//! overlap.
+
+use super::{Dialect, Emitter, Lanes};
+use dt_core::algo::DimId;
+use dt_core::kir::*;
+use dt_core::DType;
+
+/// Where the elements of a tile live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RegLayout {
+    /// Element `e` (row-major) in register slot `e / T` of thread `e % T`.
+    Blocked,
+    /// The `mma.sync.m16n8k16` accumulator layout over a [rows, cols] tile.
+    Mma(MmaTile),
+}
+
+/// A [rows, cols] tile spread over `wm` x `wn` warps, each covering a (rows / wm) x (cols / wn)
+/// sub-tile with m16n8 fragments, fragments of one warp row-major. In a fragment, lane `l` holds
+/// rows `l / 4` and `l / 4 + 8`, columns `(l % 4) * 2` and `+ 1`; register `r` of a thread holds
+/// fragment `r / 4`, row `+ 8` when `r & 2`, column `+ 1` when `r & 1`. Every other dimension
+/// of the tile has extent 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MmaTile {
+    pub m: DimId,
+    pub n: DimId,
+    pub rows: u32,
+    pub cols: u32,
+    pub wm: u32,
+    pub wn: u32,
+}
+
+impl MmaTile {
+    /// Fragments per warp along the rows and the columns.
+    fn frags(&self) -> (u32, u32) {
+        (self.rows / self.wm / 16, self.cols / self.wn / 8)
+    }
+
+    /// C expressions of the row and the column of register `r` (a C expression) of thread `tid`.
+    pub(super) fn row_col(&self, r: &str) -> (String, String) {
+        let (_, fn_) = self.frags();
+        let (wr, wc) = (self.rows / self.wm, self.cols / self.wn);
+        let row = format!("(tid >> 5) / {} * {wr} + ({r} >> 2) / {fn_} * 16 + ((tid & 31) >> 2) + (({r} >> 1) & 1) * 8", self.wn);
+        let col = format!("(tid >> 5) % {} * {wc} + ({r} >> 2) % {fn_} * 8 + (tid & 3) * 2 + ({r} & 1)", self.wn);
+        (row, col)
+    }
+}
+
+/// A dot computed on tensor cores: `a` holds the rows (dimension `tile.m`) and `b` the columns
+/// (`tile.n`), both over the contraction `k` of extent `depth`.
+#[derive(Clone, Debug)]
+pub(super) struct MmaDot {
+    pub tile: MmaTile,
+    pub a: ValueId,
+    pub b: ValueId,
+    pub k: DimId,
+    pub depth: u32,
+    /// The accumulator the dot is summed into right away: `mma.sync` accumulates into its
+    /// registers directly and the [`Stmt::Update`] prints nothing.
+    pub into: Option<VarId>,
+    /// For `a` and `b`: the load that defines the operand, when the dot is its only reader and
+    /// sits in the same statement list (so at the same tile offsets). The dot then copies it
+    /// from global to shared memory itself, 16 bits as they are, threads along the input's
+    /// last axis, and the load prints nothing. Inputs are read-only, so the later read sees
+    /// the same data.
+    pub direct: [Option<DirectLoad>; 2],
+}
+
+/// A load of input `input`, axis `i` along `axes[i]`.
+#[derive(Clone, Debug)]
+pub(super) struct DirectLoad {
+    pub input: usize,
+    pub axes: Vec<DimId>,
+}
+
+impl MmaDot {
+    /// The dimension along the rows of operand `i` (0: `a`, 1: `b`), and their number.
+    fn rows(&self, i: usize) -> (DimId, u32) {
+        if i == 0 {
+            (self.tile.m, self.tile.rows)
+        } else {
+            (self.tile.n, self.tile.cols)
+        }
+    }
+
+    /// Whether operand `i` is staged contraction-major, [K][rows], and read with
+    /// `ldmatrix.trans`: when the dot loads it and its row dimension is the input's last axis
+    /// (the contiguous one of a row-major input, as B of a plain matmul). Otherwise it is
+    /// staged [rows][K], read with `ldmatrix`.
+    pub fn trans(&self, i: usize) -> bool {
+        self.direct[i].as_ref().is_some_and(|l| l.axes.last() == Some(&self.rows(i).0))
+    }
+
+    /// Elements per staged line of operand `i`: the line's length plus padding that makes the
+    /// pitch an odd number of 16-byte units, so that the eight lines an `ldmatrix` reads at once
+    /// fall in distinct banks (and every line starts 16-byte aligned, as `ldmatrix` needs).
+    pub fn pitch(&self, i: usize) -> u32 {
+        let len = if self.trans(i) { self.rows(i).1 } else { self.depth };
+        if (len / 8) % 2 == 0 {
+            len + 8
+        } else {
+            len + 16
+        }
+    }
+
+    /// Shared memory (in 4-byte words) that staging operand `i` takes.
+    pub fn slot_words(&self, i: usize) -> usize {
+        let lines = if self.trans(i) { self.depth } else { self.rows(i).1 };
+        (lines * self.pitch(i)).div_ceil(2) as usize
+    }
+}
+
+/// The layouts of one kernel instance.
+pub(super) struct Plan {
+    pub values: Vec<RegLayout>,
+    pub vars: Vec<RegLayout>,
+    pub dots: Vec<(ValueId, MmaDot)>,
+}
+
+impl Plan {
+    pub fn dot(&self, v: ValueId) -> Option<&MmaDot> {
+        self.dots.iter().find(|(x, _)| *x == v).map(|(_, d)| d)
+    }
+
+    /// Whether the update of `var` by `value` is done by the tensor-core dot itself.
+    pub fn fused_update(&self, var: VarId, value: ValueId) -> bool {
+        self.dot(value).is_some_and(|d| d.into == Some(var))
+    }
+
+    /// Whether load `v` is made by the tensor-core dot that reads it.
+    pub fn direct_load(&self, v: ValueId) -> bool {
+        self.dots.iter().any(|(_, d)| (d.direct[0].is_some() && d.a == v) || (d.direct[1].is_some() && d.b == v))
+    }
+}
+
+/// Decides the layout of every value and accumulator of `k` instantiated for `dtype`.
+pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
+    let mut p = Plan { values: vec![RegLayout::Blocked; k.values.len()], vars: vec![RegLayout::Blocked; k.vars.len()], dots: Vec::new() };
+    let mut lets = Vec::new();
+    let mut updates = Vec::new();
+    collect(&k.body, &mut lets, &mut updates);
+    let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
+    if dialect == Dialect::Cuda && matches!(dtype, DType::F16 | DType::BF16) {
+        for (id, op) in &lets {
+            if let Op::Dot { a, b, dim } = op {
+                if exact(dtype, *a, &def) && exact(dtype, *b, &def) {
+                    if let Some(d) = geometry(k, *id, *a, *b, *dim) {
+                        p.values[id.0 as usize] = RegLayout::Mma(d.tile);
+                        p.dots.push((*id, d));
+                    }
+                }
+            }
+        }
+    }
+    if p.dots.is_empty() {
+        return p;
+    }
+    // Spread the accumulator layout forward until nothing changes. Layouts only ever turn from
+    // blocked to mma, and each rule holds again once its inputs have turned, so this ends with
+    // every rule satisfied.
+    loop {
+        let mut changed = false;
+        for (id, op) in &lets {
+            let shape = &k.value(*id).shape;
+            let want = match op {
+                Op::Var(var) => p.vars[var.0 as usize],
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
+                    // Operands of another shape are broadcast through shared memory whatever the
+                    // layouts; the ones of the same shape must all be in one mma layout.
+                    let same: Vec<RegLayout> =
+                        operands(op).into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
+                    common(&same)
+                }
+                _ => continue,
+            };
+            if want != RegLayout::Blocked && p.values[id.0 as usize] != want {
+                p.values[id.0 as usize] = want;
+                changed = true;
+            }
+        }
+        for var in 0..k.vars.len() {
+            let shape = &k.vars[var];
+            let from: Vec<RegLayout> = updates
+                .iter()
+                .filter(|(x, _)| x.0 as usize == var)
+                .map(|(_, v)| if k.value(*v).shape == *shape { p.values[v.0 as usize] } else { RegLayout::Blocked })
+                .collect();
+            let want = common(&from);
+            if want != RegLayout::Blocked && p.vars[var] != want {
+                p.vars[var] = want;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // A dot whose only use is the sum into an accumulator of its layout, right after it,
+    // accumulates into that accumulator's registers; a load only the dot reads is made by it.
+    let mut fused = Vec::new();
+    let mut direct = Vec::new();
+    find_fusable(&k.body, &mut fused, &mut direct);
+    let uses = use_counts(k);
+    for (dot, var) in fused {
+        let Some(i) = p.dots.iter().position(|(x, _)| *x == dot) else { continue };
+        if uses[dot.0 as usize] == 1 && p.vars[var.0 as usize] == p.values[dot.0 as usize] && k.var(var) == &k.value(dot).shape {
+            p.dots[i].1.into = Some(var);
+        }
+    }
+    for (dot, operand, load) in direct {
+        let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
+        if uses[operand.0 as usize] == 1 {
+            let role = if d.a == operand { 0 } else { 1 };
+            d.direct[role] = Some(load);
+        }
+    }
+    p
+}
+
+/// The one mma layout all of `ls` share, or blocked (also when `ls` is empty).
+fn common(ls: &[RegLayout]) -> RegLayout {
+    match ls.first() {
+        Some(l @ RegLayout::Mma(_)) if ls.iter().all(|x| x == l) => *l,
+        _ => RegLayout::Blocked,
+    }
+}
+
+pub(super) fn operands(op: &Op) -> Vec<ValueId> {
+    match op {
+        Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } => vec![*a],
+        Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
+        Op::Select(c, a, b) => vec![*c, *a, *b],
+        Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
+    }
+}
+
+fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {
+    for s in stmts {
+        match s {
+            Stmt::Let { value, op } => lets.push((*value, op)),
+            Stmt::Update { var, value, .. } => updates.push((*var, *value)),
+            Stmt::Loop(l) => collect(&l.body, lets, updates),
+            Stmt::Init { .. } | Stmt::Store { .. } => {}
+        }
+    }
+}
+
+/// (dot, accumulator) pairs where a dot is immediately summed into the accumulator, and
+/// (dot, operand, load) where an operand is a load earlier in the dot's statement list.
+fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut Vec<(ValueId, ValueId, DirectLoad)>) {
+    for (i, s) in stmts.iter().enumerate() {
+        match s {
+            Stmt::Let { value, op: Op::Dot { a, b, .. } } => {
+                if let Some(Stmt::Update { var, combine: Combine::Reduce(dt_core::algo::RedOp::Sum), value: v }) = stmts.get(i + 1) {
+                    if v == value {
+                        fused.push((*value, *var));
+                    }
+                }
+                for o in [a, b] {
+                    for earlier in &stmts[..i] {
+                        if let Stmt::Let { value: l, op: Op::Load { input, axes } } = earlier {
+                            if l == o {
+                                direct.push((*value, *o, DirectLoad { input: *input, axes: axes.clone() }));
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::Loop(l) => find_fusable(&l.body, fused, direct),
+            _ => {}
+        }
+    }
+}
+
+/// How many times each value is read.
+fn use_counts(k: &Kernel) -> Vec<usize> {
+    fn walk(stmts: &[Stmt], n: &mut [usize]) {
+        for s in stmts {
+            match s {
+                Stmt::Let { op, .. } => operands(op).into_iter().for_each(|o| n[o.0 as usize] += 1),
+                Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
+                Stmt::Loop(l) => walk(&l.body, n),
+                Stmt::Init { .. } => {}
+            }
+        }
+    }
+    let mut n = vec![0; k.values.len()];
+    walk(&k.body, &mut n);
+    n
+}
+
+/// Whether every element of `v` is exactly representable in `dtype`, so staging it as 16-bit
+/// values loses nothing: loads (of `dtype` data), and those masked with a representable fill.
+fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+    match def(v) {
+        Some(Op::Load { .. }) => true,
+        Some(Op::MaskFill { value, fill, .. }) => dtype.round(*fill) == *fill && exact(dtype, *value, def),
+        _ => false,
+    }
+}
+
+/// The tensor-core form of `id = dot a, b over k`, when the tiles allow it: the result has two
+/// dimensions of extent above 1, [M, N]; one operand spans exactly [M, K] and the other [N, K]
+/// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
+/// gives each one whole m16n8 fragments. Among those arrangements, the one whose warps load
+/// the fewest operand rows per step.
+fn geometry(k: &Kernel, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+    let big = |v: ValueId| -> Vec<DimId> {
+        let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
+        d.sort();
+        d
+    };
+    let result = &k.value(id).shape;
+    let free: Vec<(DimId, u32)> = result.0.iter().filter(|(_, n)| *n > 1).copied().collect();
+    let [(m, rows), (n, cols)] = free[..] else { return None };
+    let pair = |x: DimId, y: DimId| {
+        let mut v = vec![x, y];
+        v.sort();
+        v
+    };
+    let (ra, rb) = if big(a) == pair(m, dim) && big(b) == pair(n, dim) {
+        (a, b)
+    } else if big(b) == pair(m, dim) && big(a) == pair(n, dim) {
+        (b, a)
+    } else {
+        return None;
+    };
+    let depth = k.value(a).shape.extent(dim)?;
+    if depth % 16 != 0 {
+        return None;
+    }
+    let warps = k.num_warps;
+    let (wm, wn) = (1..=warps)
+        .filter(|wm| warps.is_multiple_of(*wm))
+        .map(|wm| (wm, warps / wm))
+        .filter(|(wm, wn)| rows % (16 * wm) == 0 && cols % (8 * wn) == 0)
+        .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
+    Some(MmaDot { tile: MmaTile { m, n, rows, cols, wm, wn }, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None] })
+}
+
+impl Emitter<'_> {
+    /// `id = dot` on tensor cores (see the module docs), into the accumulator it is fused with
+    /// or into a fresh zeroed tile.
+    pub(super) fn mma_dot(&mut self, id: ValueId, d: &MmaDot) {
+        let t = d.tile;
+        let (fm, fn_) = t.frags();
+        let suffix = self.dtype.name();
+        self.line(&format!(
+            "/* rdot on tensor cores: [{}:{}, {}:{}] over {}:{} by {} x {} warps of {fm} x {fn_} m16n8k16 fragments */",
+            self.k.dim_name(t.m),
+            t.rows,
+            self.k.dim_name(t.n),
+            t.cols,
+            self.k.dim_name(d.k),
+            d.depth,
+            t.wm,
+            t.wn
+        ));
+        self.line("__syncthreads();");
+        self.stage(d, 0);
+        self.stage(d, 1);
+        self.line("__syncthreads();");
+        let acc = match d.into {
+            Some(var) => format!("acc{}", var.0),
+            None => {
+                let dst = format!("v{}", id.0);
+                let shape = self.k.value(id).shape.clone();
+                self.declare(&dst, &shape);
+                self.for_owned(&shape, RegLayout::Mma(t), |e, _| e.line(&format!("{dst}[r] = 0.0f;")));
+                dst
+            }
+        };
+        let (pa, pb) = (d.pitch(0), d.pitch(1));
+        let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
+        self.line("{");
+        self.depth += 1;
+        self.line("const int lane = tid & 31;");
+        // Each lane gives the address of one 8-element line; lanes 8i..8i+7 those of matrix i,
+        // which fills fragment registers in the order a0a1 (rows 0-7, k 0-7), a2a3 (rows 8-15),
+        // a4a5 (k 8-15), a6a7 of A, and b0b1 (k 0-7), b2b3 (k 8-15) of two n8 fragments of B.
+        // The .x2 form for a last odd B fragment uses the addresses of lanes 0-15 only.
+        // `f?0` is the lane's address at fragment 0 and k 0; `(fstride, kstride)` the element
+        // steps to the next fragment and along k.
+        let (fa0, a_steps, a_trans) = if d.trans(0) {
+            (format!("((lane & 7) + (lane >> 4) * 8) * {pa} + {wrow} + ((lane >> 3) & 1) * 8"), (16, pa), "_trans")
+        } else {
+            (format!("({wrow} + (lane & 15)) * {pa} + (lane >> 4) * 8"), (16 * pa, 1), "")
+        };
+        let (fb0, b_steps, b_trans) = if d.trans(1) {
+            (format!("(lane & 15) * {pb} + {wcol} + (lane >> 4) * 8"), (8, pb), "_trans")
+        } else {
+            (format!("({wcol} + (lane & 7) + (lane >> 4) * 8) * {pb} + ((lane >> 3) & 1) * 8"), (8 * pb, 1), "")
+        };
+        let (sa, sb) = (self.slot(0), self.slot(1));
+        self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
+        self.line(&format!("const unsigned fb0 = dt_smem_u32({sb}) + ({fb0}) * 2;"));
+        let step = |f: &str, (fs, ks): (u32, u32)| {
+            let k = if ks == 1 { "kk".to_string() } else { format!("kk * {ks}") };
+            if f.is_empty() {
+                format!("{k} * 2")
+            } else {
+                format!("({f} * {fs} + {k}) * 2")
+            }
+        };
+        self.line("#pragma unroll");
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
+        self.depth += 1;
+        self.line(&format!("unsigned fa[{fm}][4], fb[{fn_}][2];"));
+        self.line("#pragma unroll");
+        self.line(&format!(
+            "for (int i = 0; i < {fm}; i++) dt_ldmatrix_x4{a_trans}(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + {});",
+            step("i", a_steps)
+        ));
+        if fn_ >= 2 {
+            self.line("#pragma unroll");
+            self.line(&format!(
+                "for (int j = 0; j + 1 < {fn_}; j += 2) dt_ldmatrix_x4{b_trans}(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + {});",
+                step("j", b_steps)
+            ));
+        }
+        if fn_ % 2 == 1 {
+            let j = fn_ - 1;
+            let at = if j == 0 { step("", b_steps) } else { step(&j.to_string(), b_steps) };
+            self.line(&format!("dt_ldmatrix_x2{b_trans}(fb[{j}][0], fb[{j}][1], fb0 + {at});"));
+        }
+        self.line("#pragma unroll");
+        self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
+        self.depth += 1;
+        self.line("#pragma unroll");
+        self.line(&format!("for (int j = 0; j < {fn_}; j++) dt_mma_m16n8k16_{suffix}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// Writes operand `i` of `d` to shared-memory slot `i` as 16-bit values, in lines of
+    /// [`MmaDot::pitch`] elements (row-major [rows][K] or, for [`MmaDot::trans`], [K][rows]),
+    /// whatever the operand's own dimension order: from global memory when the dot makes the
+    /// load, else from the operand's registers.
+    fn stage(&mut self, d: &MmaDot, i: usize) {
+        let v = if i == 0 { d.a } else { d.b };
+        let (rows, k, pitch) = (d.rows(i).0, d.k, d.pitch(i));
+        let at = move |l: &Lanes| {
+            if d.trans(i) {
+                format!("{} * {pitch} + {}", l.lane(k), l.lane(rows))
+            } else {
+                format!("{} * {pitch} + {}", l.lane(rows), l.lane(k))
+            }
+        };
+        let shape = self.k.value(v).shape.clone();
+        let dst = format!("((unsigned short*){})", self.slot(i));
+        let Some(load) = &d.direct[i] else {
+            let layout = self.plan.values[v.0 as usize];
+            let cvt = format!("dt_f32_to_{}", self.dtype.name());
+            self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[{}] = {cvt}(v{}[r]);", at(l), v.0)));
+            return;
+        };
+        // Threads along the input's last axis, so that they read consecutive addresses of a
+        // row-major input; unrolled by 8 at most, so that loads are in flight together without
+        // keeping so many addresses live that the accumulator spills (a full unroll of 32 does).
+        let mut order = Shape::default();
+        for a in &load.axes {
+            if order.extent(*a).is_none() {
+                order.0.push((*a, shape.extent(*a).unwrap_or(1)));
+            }
+        }
+        let (input, axes) = (load.input, load.axes.clone());
+        let name = self.k.inputs[input].name.clone();
+        let copy = |e: &mut Self, l: &Lanes| {
+            let (cond, addr) =
+                super::super::masked_address(e.k, &axes, l, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
+            e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
+        };
+        // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
+        // groups of 8 elements: then a group is 8 consecutive elements in memory and in shared
+        // memory. Whether the input is laid out for it (unit stride along that axis, 16-byte
+        // alignment) is known at run time only; a group that is not, or that is partly out of
+        // range, is copied element by element.
+        let last = *load.axes.last().expect("a tile load has an axis");
+        let inner = if d.trans(i) { rows } else { k };
+        let distinct = order.0.len() == load.axes.len();
+        if last != inner || !distinct || order.extent(last).unwrap_or(1) % 8 != 0 {
+            let pragma = if self.regs(order.elements()) <= 8 { "#pragma unroll" } else { "#pragma unroll 8" };
+            self.line(&format!("/* v{}: {name} copied as it is, along its last axis */", v.0));
+            self.for_blocked(&order, pragma, copy);
+            return;
+        }
+        let mut groups = order.clone();
+        groups.0.last_mut().expect("an axis").1 /= 8;
+        let pragma = if self.regs(groups.elements()) <= 8 { "#pragma unroll" } else { "#pragma unroll 8" };
+        let n = load.axes.len();
+        let mut aligned = vec![format!("(args.inputs[{input}] & 15) == 0"), format!("args.input_strides[{input}][{}] == 1", n - 1)];
+        aligned.extend((0..n - 1).map(|a| format!("(args.input_strides[{input}][{a}] & 7) == 0")));
+        let flag = self.fresh("vec");
+        self.line(&format!("/* v{}: {name} copied as it is, along its last axis, 16 bytes at a time where it can be */", v.0));
+        self.line("{");
+        self.depth += 1;
+        self.line(&format!("const bool {flag} = {};", aligned.join(" && ")));
+        self.for_blocked(&groups, pragma, |e, l| {
+            let at_lane = |off: &str| {
+                Lanes(l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * 8{off})") } else { name.clone() })).collect())
+            };
+            let (whole, _) = super::super::masked_address(e.k, &load.axes, &at_lane(" + 7"), |x| e.offset(x), |_| String::new());
+            let first = at_lane("");
+            let (_, addr) =
+                super::super::masked_address(e.k, &load.axes, &first, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
+            e.line(&format!("if ({flag} && {whole}) {{"));
+            e.depth += 1;
+            e.line(&format!("dt_copy16_to_shared(&{dst}[{}], &in{input}[{addr}]);", at(&first)));
+            e.depth -= 1;
+            e.line("} else {");
+            e.depth += 1;
+            e.line("#pragma unroll");
+            e.line("for (int q = 0; q < 8; q++) {");
+            e.depth += 1;
+            copy(e, &at_lane(" + q"));
+            e.depth -= 1;
+            e.line("}");
+            e.depth -= 1;
+            e.line("}");
+        });
+        self.depth -= 1;
+        self.line("}");
+    }
+}
