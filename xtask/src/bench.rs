@@ -232,8 +232,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
     let gpu = match CudaRunner::new(0) {
         Ok(g) => g,
         Err(e) => {
-            println!("no GPU ({e}): nothing to benchmark here; the CPU fallback is not timed by this command");
-            return Ok(());
+            println!("no GPU ({e}): benchmarking the CPU fallback (the generated C) instead, at the shapes it can run in seconds");
+            return cpu_bench(&selected, opts);
         }
     };
     let stream = gpu.stream.clone();
@@ -455,4 +455,80 @@ fn to_json(rows: &[Row]) -> String {
         })
         .collect();
     serde_json::to_string_pretty(&v).unwrap_or_default()
+}
+
+/// Most work a CPU row may take: 2^31 floating-point operations or 2^27 bytes moved.
+const CPU_FLOPS_LIMIT: f64 = (1u64 << 31) as f64;
+const CPU_BYTES_LIMIT: f64 = (1u64 << 27) as f64;
+
+/// Without a GPU: times the CPU fallback (each spec's generated C, compiled with the system C
+/// compiler as the library's build script does) on the selected shapes small enough to run in
+/// seconds; wall-clock median of up to `reps` runs within `budget_s`, the host-side conversion of
+/// inputs and output included. Larger shapes are listed as not run.
+fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("dt-bench-cpu-{}", std::process::id()));
+    let mut libs: HashMap<&str, (dt_core::algo::Program, Vec<Kernel>, dt_codegen::host::CpuLibrary)> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut rng = Rng::new(11);
+    for (i, job) in selected.iter().enumerate() {
+        eprint!("[{}/{}] cpu {} {} {} ... ", i + 1, selected.len(), job.op, job.shape_text(), job.dtype);
+        let mut row = Row { op: job.op.into(), shape: job.shape_text(), dtype: job.dtype.name().into(), ..Default::default() };
+        let (flops, bytes) = (job.flops(), job.bytes());
+        if flops > CPU_FLOPS_LIMIT || bytes > CPU_BYTES_LIMIT {
+            row.status = format!("not run on the CPU ({:.1} GFLOP, {:.2} GB)", flops / 1e9, bytes / 1e9);
+            eprintln!("{}", row.status);
+            rows.push(row);
+            continue;
+        }
+        let result = (|| -> Result<(), String> {
+            if !libs.contains_key(job.spec()) {
+                let path = crate::regen::workspace().join(format!("dt-kernels/specs/{}.dt", job.spec()));
+                let src = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let out = dt_codegen::generate::generate(job.spec(), job.spec(), &src).map_err(|e| e.to_string())?;
+                let program = dt_core::compile_spec(&src).map_err(|d| format!("{}: {d:?}", job.spec()))?;
+                let lib = dt_codegen::host::compile(&out.c, &dir, job.spec()).map_err(|e| e.to_string())?;
+                libs.insert(job.spec(), (program, out.kernels, lib));
+            }
+            let (program, kernels, lib) = &libs[job.spec()];
+            let args = args(job, &mut rng);
+            let mut chosen = None;
+            for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
+                let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
+                let bound = dt_core::tensor::bind(program, fid, &args).map_err(|e| e.to_string())?;
+                if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
+                    chosen = Some((kernel, bound));
+                    break;
+                }
+            }
+            let (kernel, bound) = chosen.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))?;
+            row.kernel = kernel.name.clone();
+            let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
+            let mut times = Vec::new();
+            let start = std::time::Instant::now();
+            while times.len() < opts.reps.max(1) && (times.len() < 3 || start.elapsed().as_secs_f64() < opts.budget_s) {
+                let t = std::time::Instant::now();
+                lib.run(&symbol, kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            times.sort_by(f64::total_cmp);
+            let ms = times[times.len() / 2];
+            row.dt_ms = Some(ms);
+            row.runs = times.len();
+            row.rate =
+                if job.memory_bound() { format!("{:.2} GB/s", bytes / ms / 1e6) } else { format!("{:.2} GFLOP/s", flops / ms / 1e6) };
+            Ok(())
+        })();
+        row.status = match result {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("failed: {e}"),
+        };
+        eprintln!("{}", row.dt_ms.map_or(row.status.clone(), |ms| format!("{ms:.3} ms ({})", row.rate)));
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    print_table(&rows);
+    if let Some(path) = &opts.json {
+        std::fs::write(path, to_json(&rows)).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
