@@ -252,17 +252,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             let c = &compiled[job.spec()];
             let args = args(job, &mut rng);
-            // The size-class variant the library runs: the first whose bounds admit the sizes.
-            let mut chosen = None;
-            for kernel in c.kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
-                let fid = c.program.kernel_by_name(&kernel.name).ok_or("kernel")?;
-                let bound = dt_core::tensor::bind(&c.program, fid, &args).map_err(|e| e.to_string())?;
-                if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
-                    chosen = Some((kernel, bound));
-                    break;
-                }
-            }
-            let (kernel, bound) = chosen.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))?;
+            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
@@ -457,6 +447,24 @@ fn to_json(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
+/// The size-class variant of the job's kernel that the library runs: the first, in the spec's
+/// order, whose bounds admit the sizes of `args`.
+fn choose_variant<'a, 'b>(
+    program: &dt_core::algo::Program,
+    kernels: &'a [Kernel],
+    job: &Job,
+    args: &'b Args,
+) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
+    for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
+        let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
+        let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;
+        if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
+            return Ok((kernel, bound));
+        }
+    }
+    Err(format!("no variant of kernel `{}` admits these sizes", job.kernel()))
+}
+
 /// Most work a CPU row may take: 2^31 floating-point operations or 2^27 bytes moved.
 const CPU_FLOPS_LIMIT: f64 = (1u64 << 31) as f64;
 const CPU_BYTES_LIMIT: f64 = (1u64 << 27) as f64;
@@ -491,16 +499,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             }
             let (program, kernels, lib) = &libs[job.spec()];
             let args = args(job, &mut rng);
-            let mut chosen = None;
-            for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
-                let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
-                let bound = dt_core::tensor::bind(program, fid, &args).map_err(|e| e.to_string())?;
-                if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
-                    chosen = Some((kernel, bound));
-                    break;
-                }
-            }
-            let (kernel, bound) = chosen.ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))?;
+            let (kernel, bound) = choose_variant(program, kernels, job, &args)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let mut times = Vec::new();
