@@ -62,7 +62,7 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     let mut args = plan.args;
     for (slot, &j) in plan.slots.iter().enumerate() {
         let ptr = inputs[j].device_ptr();
-        if ptr % align != 0 {
+        if !ptr.is_multiple_of(align) {
             return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align: align as usize });
         }
         args.inputs[slot] = ptr;
