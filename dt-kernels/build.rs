@@ -10,6 +10,12 @@
 //!   `CUDA_COMPUTE_CAP` (default sm_80, sm_90a and PTX) and embeds it. Without nvcc the build
 //!   still succeeds: the kernels are compiled with NVRTC at first use. `DT_KERNELS_NO_NVCC=1`
 //!   skips nvcc even where it is installed.
+//! - with the `hip` feature: generates the bindings to the HIP runtime (`OUT_DIR/hip_sys.rs`,
+//!   bindgen over `hip_runtime_api.h`, loaded dynamically at run time) and, where hipcc is found
+//!   (`HIPCC`, `ROCM_PATH`, `/opt/rocm`, then `PATH`) and `DT_KERNELS_NO_HIPCC` is not set,
+//!   compiles the HIP C to one code object per architecture of `HIP_ARCHS` (default gfx90a,
+//!   gfx942) that the installed hipcc supports, warning about the others, and embeds them with
+//!   the HIP launch parameters.
 //!
 //! Every artifact is named by a content hash of what it is made from (source, compiler, flags),
 //! so a rerun that changes nothing compiles nothing. A failed compile stops the build with the
@@ -19,7 +25,7 @@
 //! at run time for the launch metadata), its CUDA C, its fatbin if any, the launch parameters of
 //! each CUDA kernel, and the `extern "C"` declarations of its CPU kernels.
 
-use build_support::{cache, command, cuda, embed::EmbedModule, BuildEnv, CompileError};
+use build_support::{cache, command, cuda, embed::EmbedModule, hip, BuildEnv, CompileError};
 use dt_codegen::generate::{generate, SpecOutputs};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -53,7 +59,14 @@ fn main() {
     let cuda_dir = out_dir.join("cuda");
     let cuda = compile_cuda(&env, &cuda_dir, &specs);
 
-    let module = kernels_rs(&out_dir, &specs, &cuda);
+    let hip = if std::env::var_os("CARGO_FEATURE_HIP").is_some() {
+        hip_bindings(&env, &out_dir);
+        Some(compile_hip(&env, &out_dir.join("hip"), &specs))
+    } else {
+        None
+    };
+
+    let module = kernels_rs(&out_dir, &specs, &cuda, hip.as_ref());
     module.write(&out_dir.join("kernels.rs")).unwrap_or_else(|e| panic!("writing {}: {e}", out_dir.join("kernels.rs").display()));
     env.emit_rerun_if_env_changed();
 }
@@ -230,12 +243,122 @@ fn compile_cuda(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> CudaArtifacts {
     CudaArtifacts { sources, fatbins, archs: arch_list }
 }
 
+/// What the HIP step made (with the `hip` feature): per spec, a code object per built
+/// architecture.
+struct HipArtifacts {
+    hipcc: Option<String>,
+    requested: Vec<String>,
+    built: Vec<String>,
+    objects: Vec<Vec<(String, PathBuf)>>,
+}
+
+/// With hipcc (and without `DT_KERNELS_NO_HIPCC`), compiles every spec's HIP C to a code object
+/// per architecture of `HIP_ARCHS` that hipcc supports (in parallel, cached by a hash of the
+/// source, the architecture and hipcc's version); warns about requested architectures hipcc
+/// cannot build. Without hipcc it builds nothing and says so in a warning.
+fn compile_hip(env: &BuildEnv, dir: &Path, specs: &[Spec]) -> HipArtifacts {
+    let skip = env.var("DT_KERNELS_NO_HIPCC").is_some_and(|v| v != "0");
+    let hipcc = hip::find_hipcc(env).filter(|_| !skip);
+    let requested = hip::hip_archs(env).unwrap_or_else(|e| panic!("{e}"));
+    let Some(hipcc) = hipcc else {
+        let why = if skip { "DT_KERNELS_NO_HIPCC is set" } else { "hipcc was not found (HIPCC, ROCM_PATH, /opt/rocm, PATH)" };
+        println!("cargo:warning=dt-kernels: no HIP code objects built: {why}; the HIP ops will report that no kernels were built");
+        return HipArtifacts { hipcc: None, requested, built: Vec::new(), objects: vec![Vec::new(); specs.len()] };
+    };
+    let (built, unsupported) = hip::supported_archs(&hipcc, &requested, dir).unwrap_or_else(|e| panic!("probing hipcc: {e}"));
+    for arch in &unsupported {
+        println!("cargo:warning=dt-kernels: {} cannot compile for {arch}; no HIP code objects for it", hipcc.display());
+    }
+    let version = command::version(&hipcc).unwrap_or_else(|e| panic!("{e}"));
+    let hipcc_path = hipcc.to_string_lossy().into_owned();
+    let flags = hip::HIPCC_FLAGS.join(" ");
+    let objects = std::thread::scope(|scope| {
+        let jobs: Vec<_> = specs
+            .iter()
+            .map(|spec| {
+                let (hipcc, built, version, hipcc_path, flags) = (&hipcc, &built, &version, &hipcc_path, &flags);
+                scope.spawn(move || {
+                    let src = dir.join(format!("{}.hip", spec.name));
+                    write_if_changed(&src, spec.out.hip.as_bytes());
+                    built
+                        .iter()
+                        .map(|arch| {
+                            let key: [&[u8]; 5] =
+                                [spec.out.hip.as_bytes(), arch.as_bytes(), version.as_bytes(), hipcc_path.as_bytes(), flags.as_bytes()];
+                            let safe: String = arch.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                            let path = cache::cached(&dir.join("cache"), &format!("{}_{safe}.co", spec.name), &key, |tmp| {
+                                hip::compile_code_object(hipcc, &src, tmp, arch, &[])
+                            })
+                            .unwrap_or_else(|e| panic!("compiling the HIP C of specs/{}.dt for {arch} with hipcc failed:\n{e}", spec.name));
+                            (arch.clone(), path)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    HipArtifacts { hipcc: Some(hipcc_path), requested, built, objects }
+}
+
+/// Writes `OUT_DIR/hip_sys.rs`: bindgen's bindings to the part of `hip_runtime_api.h` that
+/// `src/hip/` uses, as a struct `HipLib` that loads libamdhip64 at run time. The header is
+/// looked up under `HIP_PATH`, `ROCM_PATH`, `/opt/rocm` and `/usr` (`include/hip/`). bindgen is
+/// a build-dependency only with the feature, hence the `cfg`.
+#[cfg(feature = "hip")]
+fn hip_bindings(env: &BuildEnv, out_dir: &Path) {
+    let roots: Vec<PathBuf> = ["HIP_PATH", "ROCM_PATH"]
+        .iter()
+        .filter_map(|v| env.var_os(v).map(PathBuf::from))
+        .chain([PathBuf::from("/opt/rocm"), PathBuf::from("/usr")])
+        .collect();
+    // Read so that changing it reruns the build script (clang-sys reads it to find libclang).
+    let _ = env.var_os("LIBCLANG_PATH");
+    let include = roots.iter().map(|r| r.join("include")).find(|i| i.join("hip/hip_runtime_api.h").is_file()).unwrap_or_else(|| {
+        panic!(
+            "the `hip` feature needs the HIP runtime headers (include/hip/hip_runtime_api.h), looked up under {}; \
+             install ROCm (or Debian's `hipcc` / `libamdhip64-dev`) or set HIP_PATH",
+            roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    });
+    println!("cargo:rerun-if-changed={}", include.join("hip/hip_runtime_api.h").display());
+    println!("cargo:rustc-check-cfg=cfg(dt_hip_props_r0600)");
+    let bindings = bindgen::Builder::default()
+        .header_contents("dt_hip.h", "#include <hip/hip_runtime_api.h>\n")
+        .clang_arg(format!("-I{}", include.display()))
+        .clang_arg("-D__HIP_PLATFORM_AMD__")
+        .allowlist_function(
+            "hip(Init|DriverGetVersion|SetDevice|GetDeviceCount|GetDeviceProperties.*|ModuleLoadData|ModuleUnload|ModuleGetFunction|\
+             ModuleLaunchKernel|Malloc|Free|MemcpyHtoD|MemcpyDtoH|MemsetD8|StreamCreate|StreamDestroy|StreamSynchronize|GetErrorString|GetErrorName)",
+        )
+        .allowlist_type("hipDeviceProp_t.*")
+        .allowlist_type("hipError_t")
+        .prepend_enum_name(false)
+        .dynamic_library_name("HipLib")
+        .dynamic_link_require_all(true)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .unwrap_or_else(|e| panic!("bindgen over {}/hip/hip_runtime_api.h failed (is libclang installed? LIBCLANG_PATH): {e}", include.display()))
+        .to_string();
+    // ROCm 6 renamed the properties struct and call (the old names stay, with the old layout).
+    if bindings.contains("hipGetDevicePropertiesR0600") {
+        println!("cargo:rustc-cfg=dt_hip_props_r0600");
+    }
+    write_if_changed(&out_dir.join("hip_sys.rs"), bindings.as_bytes());
+}
+
+#[cfg(not(feature = "hip"))]
+fn hip_bindings(_: &BuildEnv, _: &Path) {
+    unreachable!("CARGO_FEATURE_HIP is set only when the build script is compiled with the `hip` feature")
+}
+
 fn const_name(spec: &str) -> String {
     spec.to_ascii_uppercase()
 }
 
 /// The text of `kernels.rs`.
-fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModule {
+fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<&HipArtifacts>) -> EmbedModule {
     let mut m = EmbedModule::new();
     m.item("// Generated by dt-kernels/build.rs. Do not edit.");
     // The argument block the crate mirrors must have the layout the emitters print.
@@ -267,9 +390,16 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModu
         "/// Architectures of the embedded fatbins (empty: none built, NVRTC at first use).\npub const NVCC_ARCHS: &str = {:?};",
         cuda.archs
     ));
+    if let Some(hip) = hip {
+        m.item(&format!(
+            "/// hipcc at build time (None: not found, no code objects), the architectures asked for and those built.\n\
+             pub const HIP_BUILD: HipBuild = HipBuild {{ hipcc: {:?}, requested: &{:?}, built: &{:?} }};",
+            hip.hipcc, hip.requested, hip.built
+        ));
+    }
     let mut externs = String::from("extern \"C\" {\n");
     let mut table = String::from("pub static SPECS: &[&SpecData] = &[");
-    for ((spec, src), fatbin) in specs.iter().zip(&cuda.sources).zip(&cuda.fatbins) {
+    for (i, ((spec, src), fatbin)) in specs.iter().zip(&cuda.sources).zip(&cuda.fatbins).enumerate() {
         let c = const_name(&spec.name);
         let dt_path = out_dir.join("specs").join(format!("{}.dt", spec.name));
         write_if_changed(&dt_path, spec.text.as_bytes());
@@ -292,9 +422,27 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts) -> EmbedModu
         for l in &spec.out.cuda_launch {
             let _ = writeln!(externs, "    fn {}(args: *const DtArgs);", l.symbol);
         }
+        let hip_fields = match hip {
+            Some(hip) => {
+                let mut objects = Vec::new();
+                for (arch, path) in &hip.objects[i] {
+                    let name = format!("{c}_HIP_{}", arch.to_ascii_uppercase().replace(|ch: char| !ch.is_ascii_alphanumeric(), "_"));
+                    m.bytes(&name, path).expect("absolute path");
+                    objects.push(format!("({arch:?}, {name})"));
+                }
+                let rows: Vec<String> = spec
+                    .out
+                    .hip_launch
+                    .iter()
+                    .map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes))
+                    .collect();
+                format!("    hip_objects: &[{}],\n    hip_launch: &[\n        {}\n    ],\n", objects.join(", "), rows.join(",\n        "))
+            }
+            None => String::new(),
+        };
         m.item(&format!(
             "static {c}: SpecData = SpecData {{\n    name: {:?},\n    dt: {c}_DT,\n    cuda: {c}_CUDA,\n    fatbin: {fatbin},\n    \
-             launch: &[\n        {}\n    ],\n    cpu: &[\n        {}\n    ],\n    kernels: std::sync::OnceLock::new(),\n}};",
+             launch: &[\n        {}\n    ],\n{hip_fields}    cpu: &[\n        {}\n    ],\n    kernels: std::sync::OnceLock::new(),\n}};",
             spec.name,
             launch.join(",\n        "),
             cpu.join(",\n        "),

@@ -58,8 +58,9 @@ pub enum Error {
     /// A tensor that lives on another device (or context) than the [`crate::Gpu`] handle.
     #[error("{op}: `{arg}` lives on GPU {tensor_device}, but the handle runs on GPU {gpu_device} (or another context)")]
     WrongDevice { op: &'static str, arg: &'static str, tensor_device: usize, gpu_device: usize },
-    /// No usable CUDA driver or GPU.
-    #[error("no usable CUDA GPU: {0}")]
+    /// No usable GPU: no CUDA driver or GPU (the CUDA ops), no HIP runtime or AMD GPU (the
+    /// `hip` ops).
+    #[error("no usable GPU: {0}")]
     Unavailable(String),
     /// A CUDA driver call failed.
     #[error("CUDA driver error while {context}: {source}")]
@@ -68,6 +69,9 @@ pub enum Error {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// A HIP runtime call failed (the `hip` feature).
+    #[error("HIP error while {context}: {msg} (code {code})")]
+    Hip { context: String, code: i32, msg: String },
     /// The GPU code of a spec could not be loaded or compiled (fatbin and NVRTC both failed).
     #[error("loading the GPU kernels of spec `{spec}`: {msg}")]
     Compile { spec: &'static str, msg: String },

@@ -13,6 +13,9 @@
 //! | dynamic tanh | [`dyt::dyt`] | [`cpu::dyt`] |
 //! | attention | [`attention::attention`] | [`cpu::attention`] |
 //!
+//! With the `hip` feature, `hip` has the same ops on AMD GPUs (`hip::Hip`, `hip::HipTensor`),
+//! from code objects compiled by hipcc at build time and the HIP runtime loaded at run time.
+//!
 //! Elements are `f32`, [`half::f16`] or [`half::bf16`] ([`Element`]). Inputs may be strided
 //! views (transposed, permuted, broadcast): the kernels index every input by its strides. Outputs
 //! are new, contiguous tensors. A size of 0 gives an empty result and launches nothing. Bad
@@ -36,6 +39,8 @@ pub mod dyt;
 mod element;
 mod error;
 mod gpu;
+#[cfg(feature = "hip")]
+pub mod hip;
 mod host;
 pub mod layernorm;
 mod layout;

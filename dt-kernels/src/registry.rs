@@ -69,17 +69,41 @@ pub(crate) struct SpecData {
     pub fatbin: Option<&'static [u8]>,
     /// Per kernel and dtype, in the order of the generated files.
     pub launch: &'static [LaunchRow],
+    /// Per architecture built, its HIP code object (with the `hip` feature, where hipcc was
+    /// found at build time).
+    #[cfg(feature = "hip")]
+    pub hip_objects: &'static [(&'static str, &'static [u8])],
+    /// Launch parameters of the HIP kernels.
+    #[cfg(feature = "hip")]
+    pub hip_launch: &'static [LaunchRow],
     pub cpu: &'static [(&'static str, CpuFn)],
     /// The lowered kernels, made from `dt` at first use.
     pub kernels: OnceLock<std::result::Result<Vec<Kernel>, String>>,
 }
 
+/// What the build script did for HIP (with the `hip` feature).
+#[cfg(feature = "hip")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HipBuild {
+    /// The hipcc that compiled the code objects; `None` where none was found (or
+    /// `DT_KERNELS_NO_HIPCC` was set), and then no code objects were built.
+    pub hipcc: Option<&'static str>,
+    /// The architectures asked for (`HIP_ARCHS`, default gfx90a and gfx942).
+    pub requested: &'static [&'static str],
+    /// Those the installed hipcc could compile for: every spec has a code object for each.
+    pub built: &'static [&'static str],
+}
+
 mod built {
     #![allow(clippy::all)]
+    #[cfg(feature = "hip")]
+    use super::HipBuild;
     use super::{CpuFn, DtArgs, LaunchRow, SpecData, MAX_DIMS, MAX_INPUTS, MAX_RANK, MAX_SCALARS};
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
+#[cfg(feature = "hip")]
+pub(crate) use built::HIP_BUILD;
 pub(crate) use built::{NVCC_ARCHS, SPECS};
 
 /// The index of spec `name` in [`SPECS`].
@@ -99,6 +123,11 @@ impl SpecData {
 
     pub(crate) fn launch_row(&self, symbol: &str) -> Option<LaunchRow> {
         self.launch.iter().find(|l| l.symbol == symbol).copied()
+    }
+
+    #[cfg(feature = "hip")]
+    pub(crate) fn hip_launch_row(&self, symbol: &str) -> Option<LaunchRow> {
+        self.hip_launch.iter().find(|l| l.symbol == symbol).copied()
     }
 
     pub(crate) fn cpu_fn(&self, symbol: &str) -> Option<CpuFn> {

@@ -1,0 +1,97 @@
+//! Running an op on HIP tensors: `plan::plan` checks the arguments and fills the argument block
+//! (as for CUDA and the CPU), this file adds the pointers and launches with
+//! `hipModuleLaunchKernel`, the block passed by value as the kernel's one parameter.
+
+use super::{Hip, HipTensor};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::layout;
+use crate::plan::{plan, OpDesc, Plan};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Runs `op`: checks the arguments, allocates the contiguous output, launches (nothing when the
+/// output is empty).
+pub(super) fn run<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], scalars: &[f32]) -> Result<HipTensor<T>> {
+    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
+    let plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let out_shape = plan.out_shape.clone();
+    let mut out = HipTensor::new_uninit(hip, plan.out_shape.clone(), || format!("{}: the output {out_shape:?}", op.op))?;
+    launch(hip, op, inputs, plan, &mut out)?;
+    Ok(out)
+}
+
+/// Runs `op`, writing the result into `out`, which must have the result's shape, strides that
+/// never reach one element twice, and a buffer no other view shares.
+pub(super) fn run_into<T: Element>(
+    hip: &Hip,
+    op: &OpDesc,
+    inputs: &[&HipTensor<T>],
+    scalars: &[f32],
+    out: &mut HipTensor<T>,
+) -> Result<()> {
+    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
+    let mut plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    if out.shape() != plan.out_shape {
+        return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape().to_vec() });
+    }
+    layout::check_no_overlap(&|| format!("{}: the output", op.op), out.shape(), out.strides())?;
+    if Arc::get_mut(&mut out.buf).is_none() {
+        return Err(Error::SharedOutput { op: op.op });
+    }
+    for (axis, s) in out.strides().iter().enumerate() {
+        plan.args.output_strides[axis] = *s as i64;
+    }
+    launch(hip, op, inputs, plan, out)
+}
+
+/// Checks that every tensor lives on `hip`'s device and launches the planned kernel into `out`.
+fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Plan, out: &mut HipTensor<T>) -> Result<()> {
+    let args = inputs.iter().zip(op.inputs).map(|(t, desc)| (*t, desc.arg)).chain([(&*out, "out")]);
+    for (t, arg) in args {
+        if !t.buf.hip.same_device(hip) {
+            return Err(Error::WrongDevice { op: op.op, arg, tensor_device: t.buf.hip.device(), gpu_device: hip.device() });
+        }
+    }
+    if plan.programs == 0 {
+        return Ok(());
+    }
+    hip.make_current()?;
+    let (f, row) = hip.function(plan.spec_index, &plan.symbol)?;
+    let align = std::mem::align_of::<T::Storage>() as u64;
+    let mut args = plan.args;
+    for (slot, &j) in plan.slots.iter().enumerate() {
+        let ptr = inputs[j].device_ptr();
+        if !ptr.is_multiple_of(align) {
+            return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align: align as usize });
+        }
+        args.inputs[slot] = ptr;
+    }
+    args.output = out.device_ptr();
+    let mut params: [*mut c_void; 1] = [&mut args as *mut _ as *mut c_void];
+    let lib = hip.shared.lib;
+    // SAFETY: the kernel takes one `dt_args` by value, and `params` points to one (live until the
+    // call returns: the runtime copies the parameters at launch). Every input pointer is the live
+    // buffer of a `HipTensor` whose shape and strides reach only elements inside it (checked when
+    // it was made), and the kernel reads inputs only at the sizes and strides in `args`, which
+    // `plan` took from those tensors. The output pointer is the buffer of `out`, whose shape is
+    // the result's and whose strides reach only elements inside it, each once. Grid, block and
+    // shared memory are what the emitter computed for this kernel; the buffers are freed only
+    // after the device is done with them (`hipFree` waits).
+    let code = unsafe {
+        lib.hipModuleLaunchKernel(
+            f,
+            plan.programs as u32,
+            1,
+            1,
+            row.threads,
+            1,
+            1,
+            row.shared_bytes,
+            hip.shared.stream.0,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    super::sys::check(lib, code, || format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs))
+}
