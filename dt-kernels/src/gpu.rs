@@ -287,11 +287,7 @@ impl<T: Element> DeviceTensor<T> {
     /// Uploads `data`, the row-major elements of `shape`, on `gpu`'s stream.
     pub fn from_host(gpu: &Gpu, shape: impl Into<Vec<usize>>, data: &[T]) -> Result<Self> {
         let shape = shape.into();
-        let strides = contiguous_strides(&shape);
-        let needed = layout::check(&|| "device tensor".to_string(), &shape, &strides, usize::MAX)?;
-        if needed != data.len() {
-            return Err(Error::DataLength { what: "device tensor".into(), shape, needed, got: data.len() });
-        }
+        let strides = layout::contiguous("device tensor", &shape, data.len())?;
         Self::upload(gpu, shape, strides, data)
     }
 
@@ -367,14 +363,7 @@ impl<T: Element> DeviceTensor<T> {
     /// A view with axes `a` and `b` swapped (no copy): `a.transpose(0, 1)` of a `[m, k]` matrix
     /// is its `[k, m]` transpose.
     pub fn transpose(&self, a: usize, b: usize) -> Result<Self> {
-        let mut axes: Vec<usize> = (0..self.shape.len()).collect();
-        if a >= axes.len() || b >= axes.len() {
-            return Err(Error::Stride {
-                what: "device tensor".into(),
-                msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()),
-            });
-        }
-        axes.swap(a, b);
+        let axes = layout::swap_axes("device tensor", self.shape.len(), a, b)?;
         self.permute(&axes)
     }
 

@@ -1,7 +1,7 @@
 //! Host tensors: what the CPU entry points ([`crate::cpu`]) take and return.
 
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::{self, contiguous_strides};
 
 /// A tensor in host memory: its data, shape and strides (in elements). Any strides are accepted
@@ -18,11 +18,7 @@ impl<T: Element> HostTensor<T> {
     /// A contiguous (row-major) tensor; `data` must have exactly the elements of `shape`.
     pub fn new(shape: impl Into<Vec<usize>>, data: Vec<T>) -> Result<Self> {
         let shape = shape.into();
-        let strides = contiguous_strides(&shape);
-        let needed = layout::check(&|| "host tensor".to_string(), &shape, &strides, usize::MAX)?;
-        if needed != data.len() {
-            return Err(Error::DataLength { what: "host tensor".into(), shape, needed, got: data.len() });
-        }
+        let strides = layout::contiguous("host tensor", &shape, data.len())?;
         Ok(HostTensor { data, shape, strides })
     }
 
@@ -86,14 +82,7 @@ impl<T: Element> HostTensor<T> {
 
     /// The same data with axes `a` and `b` swapped (no copy).
     pub fn transpose(self, a: usize, b: usize) -> Result<Self> {
-        let mut axes: Vec<usize> = (0..self.shape.len()).collect();
-        if a >= axes.len() || b >= axes.len() {
-            return Err(Error::Stride {
-                what: "host tensor".into(),
-                msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()),
-            });
-        }
-        axes.swap(a, b);
+        let axes = layout::swap_axes("host tensor", self.shape.len(), a, b)?;
         self.permute(&axes)
     }
 

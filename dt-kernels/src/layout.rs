@@ -73,6 +73,26 @@ pub(crate) fn check_no_overlap(what: &dyn Fn() -> String, shape: &[usize], strid
     Ok(())
 }
 
+/// The row-major strides of a tensor of `shape` made from exactly `len` elements of data.
+pub(crate) fn contiguous(what: &str, shape: &[usize], len: usize) -> Result<Vec<usize>> {
+    let strides = contiguous_strides(shape);
+    let needed = check(&|| what.to_string(), shape, &strides, usize::MAX)?;
+    if needed != len {
+        return Err(Error::DataLength { what: what.into(), shape: shape.to_vec(), needed, got: len });
+    }
+    Ok(strides)
+}
+
+/// The permutation of `rank` axes that swaps axes `a` and `b`.
+pub(crate) fn swap_axes(what: &str, rank: usize, a: usize, b: usize) -> Result<Vec<usize>> {
+    if a >= rank || b >= rank {
+        return Err(Error::Stride { what: what.into(), msg: format!("cannot swap axes {a} and {b} of a tensor with {rank} axes") });
+    }
+    let mut axes: Vec<usize> = (0..rank).collect();
+    axes.swap(a, b);
+    Ok(axes)
+}
+
 /// The elements of a strided view in row-major order.
 pub(crate) fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
     let n: usize = shape.iter().product();

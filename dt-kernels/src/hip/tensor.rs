@@ -3,7 +3,7 @@
 use super::sys::check;
 use super::Hip;
 use crate::element::Element;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::{self, contiguous_strides};
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -77,11 +77,7 @@ impl<T: Element> HipTensor<T> {
     /// Uploads `data`, the row-major elements of `shape`.
     pub fn from_host(hip: &Hip, shape: impl Into<Vec<usize>>, data: &[T]) -> Result<Self> {
         let shape = shape.into();
-        let strides = contiguous_strides(&shape);
-        let needed = layout::check(&|| "HIP tensor".to_string(), &shape, &strides, usize::MAX)?;
-        if needed != data.len() {
-            return Err(Error::DataLength { what: "HIP tensor".into(), shape, needed, got: data.len() });
-        }
+        let strides = layout::contiguous("HIP tensor", &shape, data.len())?;
         Self::upload(hip, shape, strides, data)
     }
 
@@ -175,14 +171,7 @@ impl<T: Element> HipTensor<T> {
 
     /// A view with axes `a` and `b` swapped (no copy).
     pub fn transpose(&self, a: usize, b: usize) -> Result<Self> {
-        let mut axes: Vec<usize> = (0..self.shape.len()).collect();
-        if a >= axes.len() || b >= axes.len() {
-            return Err(Error::Stride {
-                what: "HIP tensor".into(),
-                msg: format!("cannot swap axes {a} and {b} of a tensor with {} axes", axes.len()),
-            });
-        }
-        axes.swap(a, b);
+        let axes = layout::swap_axes("HIP tensor", self.shape.len(), a, b)?;
         self.permute(&axes)
     }
 
