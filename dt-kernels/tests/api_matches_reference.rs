@@ -6,7 +6,9 @@
 //! schedules (128 for matmul, 1024 for the row ops, 64 for attention); inputs are placed in
 //! memory row-major, with the last two axes swapped (a transposed view) or with padded rows,
 //! the padding NaN so that a kernel reading it shows. The GPU tests skip, saying so, where there
-//! is no usable GPU; `DT_GPU_CASES` sets their number of cases (default 24).
+//! is no usable GPU; `DT_GPU_CASES` sets their number of cases (default 24). With the `hip`
+//! feature the same tests run on an AMD GPU (`cargo test -p dt-kernels --features hip --test
+//! api_matches_reference hip_`).
 
 mod common;
 
@@ -21,6 +23,15 @@ use std::sync::OnceLock;
 enum Backend {
     Cpu,
     Gpu,
+    #[cfg(feature = "hip")]
+    Hip,
+}
+
+/// The AMD GPU shared by the tests, or why there is none.
+#[cfg(feature = "hip")]
+fn hip() -> Result<&'static dt_kernels::hip::Hip, &'static str> {
+    static HIP: OnceLock<Result<dt_kernels::hip::Hip, String>> = OnceLock::new();
+    HIP.get_or_init(|| dt_kernels::hip::Hip::new().map_err(|e| e.to_string())).as_ref().map_err(|e| e.as_str())
 }
 
 /// The GPU shared by the tests, or why there is none.
@@ -31,19 +42,22 @@ fn gpu() -> Result<&'static Gpu, &'static str> {
 
 /// Whether the test should run on `backend`; says why not when it should not.
 fn available(backend: Backend, test: &str) -> bool {
-    match (backend, gpu()) {
-        (Backend::Gpu, Err(why)) => {
-            eprintln!("skipping {test}: {why}");
-            false
-        }
-        _ => true,
+    let missing = match backend {
+        Backend::Cpu => None,
+        Backend::Gpu => gpu().err(),
+        #[cfg(feature = "hip")]
+        Backend::Hip => hip().err(),
+    };
+    if let Some(why) = missing {
+        eprintln!("skipping {test}: {why}");
     }
+    missing.is_none()
 }
 
 fn cases(backend: Backend) -> u32 {
     match backend {
         Backend::Cpu => 24,
-        Backend::Gpu => std::env::var("DT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        _ => std::env::var("DT_GPU_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
     }
 }
 
@@ -98,6 +112,24 @@ fn run<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> d
                 "dyt" => dt_kernels::dyt::dyt(gpu, &t[0], &t[1], &t[2], scalar(case, "alpha")),
                 "attention" => dt_kernels::attention::attention(gpu, &t[0], &t[1], &t[2], false),
                 "attention_causal" => dt_kernels::attention::attention(gpu, &t[0], &t[1], &t[2], true),
+                other => panic!("no op {other}"),
+            }?;
+            Ok(out.to_host()?.into_iter().map(T::to_f32).collect())
+        }
+        #[cfg(feature = "hip")]
+        Backend::Hip => {
+            use dt_kernels::hip::{self as h, HipTensor};
+            let hip = hip().expect("checked by `available`");
+            let t: Vec<HipTensor<T>> =
+                inputs.into_iter().map(|(shape, strides, data)| HipTensor::from_host_strided(hip, shape, strides, &data)).collect::<Result<_, _>>()?;
+            let out = match case.op {
+                "matmul" => h::matmul(hip, &t[0], &t[1]),
+                "mm_leaky_relu" => h::mm_leaky_relu(hip, &t[0], &t[1]),
+                "softmax" => h::softmax(hip, &t[0]),
+                "layernorm" => h::layernorm(hip, &t[0], &t[1], &t[2], scalar(case, "eps")),
+                "dyt" => h::dyt(hip, &t[0], &t[1], &t[2], scalar(case, "alpha")),
+                "attention" => h::attention(hip, &t[0], &t[1], &t[2], false),
+                "attention_causal" => h::attention(hip, &t[0], &t[1], &t[2], true),
                 other => panic!("no op {other}"),
             }?;
             Ok(out.to_host()?.into_iter().map(T::to_f32).collect())
@@ -207,6 +239,12 @@ api_tests!(cpu_bf16, bf16, Backend::Cpu);
 api_tests!(gpu_f32, f32, Backend::Gpu);
 api_tests!(gpu_f16, f16, Backend::Gpu);
 api_tests!(gpu_bf16, bf16, Backend::Gpu);
+#[cfg(feature = "hip")]
+api_tests!(hip_f32, f32, Backend::Hip);
+#[cfg(feature = "hip")]
+api_tests!(hip_f16, f16, Backend::Hip);
+#[cfg(feature = "hip")]
+api_tests!(hip_bf16, bf16, Backend::Hip);
 
 /// The kernels of a spec compiled by NVRTC at run time (the path of a build without nvcc)
 /// compute what the fatbin's do.
