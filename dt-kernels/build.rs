@@ -420,7 +420,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
             .collect();
         let cpu: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("({:?}, {} as CpuFn)", l.symbol, l.symbol)).collect();
         for l in &spec.out.cuda_launch {
-            let _ = writeln!(externs, "    fn {}(args: *const DtArgs);", l.symbol);
+            let _ = writeln!(externs, "    fn {}(args: *const DtArgs, first: i64, last: i64);", l.symbol);
         }
         let hip_fields = match hip {
             Some(hip) => {

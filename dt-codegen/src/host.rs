@@ -142,13 +142,14 @@ impl CpuLibrary {
         let n: usize = bound.out_shape.iter().product();
         let out = Buf::from(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype);
         let args = fill_args(k, bound, &inputs.iter().map(Buf::addr).collect::<Vec<_>>(), out.addr());
-        // SAFETY: the symbol was emitted with the signature `void(const dt_args*)`, and every
+        // SAFETY: the symbol was emitted with the signature
+        // `void(const dt_args*, long long, long long)` (all programs: 0..i64::MAX), and every
         // pointer in `args` refers to a buffer that outlives the call, sized for the shapes the
         // kernel reads and writes.
         unsafe {
-            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs)> =
+            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs, i64, i64)> =
                 self.lib.get(symbol.as_bytes()).map_err(|e| HostError(format!("{symbol}: {e}")))?;
-            f(&args);
+            f(&args, 0, i64::MAX);
         }
         Ok(Tensor { shape: bound.out_shape.clone(), data: out.to_f32(dtype) })
     }

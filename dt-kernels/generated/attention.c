@@ -86,7 +86,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel attention for f16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_f16(const dt_args* args) {
+void dt_attention_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -100,7 +100,7 @@ void dt_attention_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 131782);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
@@ -596,7 +596,7 @@ void dt_attention_f16(const dt_args* args) {
 }
 
 /* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_bf16(const dt_args* args) {
+void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -610,7 +610,7 @@ void dt_attention_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 131782);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
@@ -1106,7 +1106,7 @@ void dt_attention_bf16(const dt_args* args) {
 }
 
 /* kernel attention for f32: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_f32(const dt_args* args) {
+void dt_attention_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -1120,7 +1120,7 @@ void dt_attention_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 131782);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
@@ -1616,7 +1616,7 @@ void dt_attention_f32(const dt_args* args) {
 }
 
 /* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_f16(const dt_args* args) {
+void dt_attention_causal_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -1630,7 +1630,7 @@ void dt_attention_causal_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 156748);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
@@ -2192,7 +2192,7 @@ void dt_attention_causal_f16(const dt_args* args) {
 }
 
 /* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_bf16(const dt_args* args) {
+void dt_attention_causal_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -2206,7 +2206,7 @@ void dt_attention_causal_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 156748);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
@@ -2768,7 +2768,7 @@ void dt_attention_causal_bf16(const dt_args* args) {
 }
 
 /* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_f32(const dt_args* args) {
+void dt_attention_causal_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -2782,7 +2782,7 @@ void dt_attention_causal_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 156748);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));

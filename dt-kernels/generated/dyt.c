@@ -86,7 +86,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel dyt for f16: grid block(x:1, y:2048) */
-void dt_dyt_f16(const dt_args* args) {
+void dt_dyt_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -96,7 +96,7 @@ void dt_dyt_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 14337);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
@@ -153,7 +153,7 @@ void dt_dyt_f16(const dt_args* args) {
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:2048) */
-void dt_dyt_bf16(const dt_args* args) {
+void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -163,7 +163,7 @@ void dt_dyt_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 14337);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
@@ -220,7 +220,7 @@ void dt_dyt_bf16(const dt_args* args) {
 }
 
 /* kernel dyt for f32: grid block(x:1, y:2048) */
-void dt_dyt_f32(const dt_args* args) {
+void dt_dyt_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -230,7 +230,7 @@ void dt_dyt_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 14337);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));

@@ -86,7 +86,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel layernorm_1k for f16: grid block(x:2) */
-void dt_layernorm_1k_f16(const dt_args* args) {
+void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -96,7 +96,7 @@ void dt_layernorm_1k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 28707);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -241,7 +241,7 @@ void dt_layernorm_1k_f16(const dt_args* args) {
 }
 
 /* kernel layernorm_1k for bf16: grid block(x:2) */
-void dt_layernorm_1k_bf16(const dt_args* args) {
+void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -251,7 +251,7 @@ void dt_layernorm_1k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 28707);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -396,7 +396,7 @@ void dt_layernorm_1k_bf16(const dt_args* args) {
 }
 
 /* kernel layernorm_1k for f32: grid block(x:2) */
-void dt_layernorm_1k_f32(const dt_args* args) {
+void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -406,7 +406,7 @@ void dt_layernorm_1k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 28707);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -551,7 +551,7 @@ void dt_layernorm_1k_f32(const dt_args* args) {
 }
 
 /* kernel layernorm_4k for f16: grid block(x:1) */
-void dt_layernorm_4k_f16(const dt_args* args) {
+void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -561,7 +561,7 @@ void dt_layernorm_4k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -706,7 +706,7 @@ void dt_layernorm_4k_f16(const dt_args* args) {
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:1) */
-void dt_layernorm_4k_bf16(const dt_args* args) {
+void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -716,7 +716,7 @@ void dt_layernorm_4k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -861,7 +861,7 @@ void dt_layernorm_4k_bf16(const dt_args* args) {
 }
 
 /* kernel layernorm_4k for f32: grid block(x:1) */
-void dt_layernorm_4k_f32(const dt_args* args) {
+void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -871,7 +871,7 @@ void dt_layernorm_4k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1016,7 +1016,7 @@ void dt_layernorm_4k_f32(const dt_args* args) {
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1) */
-void dt_layernorm_16k_f16(const dt_args* args) {
+void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1026,7 +1026,7 @@ void dt_layernorm_16k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1171,7 +1171,7 @@ void dt_layernorm_16k_f16(const dt_args* args) {
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1) */
-void dt_layernorm_16k_bf16(const dt_args* args) {
+void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1181,7 +1181,7 @@ void dt_layernorm_16k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1326,7 +1326,7 @@ void dt_layernorm_16k_bf16(const dt_args* args) {
 }
 
 /* kernel layernorm_16k for f32: grid block(x:1) */
-void dt_layernorm_16k_f32(const dt_args* args) {
+void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -1336,7 +1336,7 @@ void dt_layernorm_16k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1481,7 +1481,7 @@ void dt_layernorm_16k_f32(const dt_args* args) {
 }
 
 /* kernel layernorm for f16: grid block(x:1) */
-void dt_layernorm_f16(const dt_args* args) {
+void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1491,7 +1491,7 @@ void dt_layernorm_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1655,7 +1655,7 @@ void dt_layernorm_f16(const dt_args* args) {
 }
 
 /* kernel layernorm for bf16: grid block(x:1) */
-void dt_layernorm_bf16(const dt_args* args) {
+void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1665,7 +1665,7 @@ void dt_layernorm_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1829,7 +1829,7 @@ void dt_layernorm_bf16(const dt_args* args) {
 }
 
 /* kernel layernorm for f32: grid block(x:1) */
-void dt_layernorm_f32(const dt_args* args) {
+void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -1839,7 +1839,7 @@ void dt_layernorm_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));

@@ -86,7 +86,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_f16(const dt_args* args) {
+void dt_out_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -96,7 +96,7 @@ void dt_out_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 172034);
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g2 = rest % (8); rest /= (8);
@@ -201,7 +201,7 @@ void dt_out_f16(const dt_args* args) {
 }
 
 /* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_bf16(const dt_args* args) {
+void dt_out_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -211,7 +211,7 @@ void dt_out_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 172034);
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g2 = rest % (8); rest /= (8);
@@ -316,7 +316,7 @@ void dt_out_bf16(const dt_args* args) {
 }
 
 /* kernel out for f32: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_f32(const dt_args* args) {
+void dt_out_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -326,7 +326,7 @@ void dt_out_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 172034);
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g2 = rest % (8); rest /= (8);

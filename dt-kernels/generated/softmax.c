@@ -86,7 +86,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel softmax_1k for f16: grid block(x:2) */
-void dt_softmax_1k_f16(const dt_args* args) {
+void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
@@ -94,7 +94,7 @@ void dt_softmax_1k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 20502);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -206,7 +206,7 @@ void dt_softmax_1k_f16(const dt_args* args) {
 }
 
 /* kernel softmax_1k for bf16: grid block(x:2) */
-void dt_softmax_1k_bf16(const dt_args* args) {
+void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
@@ -214,7 +214,7 @@ void dt_softmax_1k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 20502);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -326,7 +326,7 @@ void dt_softmax_1k_bf16(const dt_args* args) {
 }
 
 /* kernel softmax_1k for f32: grid block(x:2) */
-void dt_softmax_1k_f32(const dt_args* args) {
+void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
@@ -334,7 +334,7 @@ void dt_softmax_1k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 20502);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
@@ -446,7 +446,7 @@ void dt_softmax_1k_f32(const dt_args* args) {
 }
 
 /* kernel softmax_4k for f16: grid block(x:1) */
-void dt_softmax_4k_f16(const dt_args* args) {
+void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
@@ -454,7 +454,7 @@ void dt_softmax_4k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -566,7 +566,7 @@ void dt_softmax_4k_f16(const dt_args* args) {
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1) */
-void dt_softmax_4k_bf16(const dt_args* args) {
+void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
@@ -574,7 +574,7 @@ void dt_softmax_4k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -686,7 +686,7 @@ void dt_softmax_4k_bf16(const dt_args* args) {
 }
 
 /* kernel softmax_4k for f32: grid block(x:1) */
-void dt_softmax_4k_f32(const dt_args* args) {
+void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
@@ -694,7 +694,7 @@ void dt_softmax_4k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -806,7 +806,7 @@ void dt_softmax_4k_f32(const dt_args* args) {
 }
 
 /* kernel softmax_16k for f16: grid block(x:1) */
-void dt_softmax_16k_f16(const dt_args* args) {
+void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
@@ -814,7 +814,7 @@ void dt_softmax_16k_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -926,7 +926,7 @@ void dt_softmax_16k_f16(const dt_args* args) {
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1) */
-void dt_softmax_16k_bf16(const dt_args* args) {
+void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
@@ -934,7 +934,7 @@ void dt_softmax_16k_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1046,7 +1046,7 @@ void dt_softmax_16k_bf16(const dt_args* args) {
 }
 
 /* kernel softmax_16k for f32: grid block(x:1) */
-void dt_softmax_16k_f32(const dt_args* args) {
+void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
@@ -1054,7 +1054,7 @@ void dt_softmax_16k_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1166,7 +1166,7 @@ void dt_softmax_16k_f32(const dt_args* args) {
 }
 
 /* kernel softmax for f16: grid block(x:1) */
-void dt_softmax_f16(const dt_args* args) {
+void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
@@ -1174,7 +1174,7 @@ void dt_softmax_f16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1305,7 +1305,7 @@ void dt_softmax_f16(const dt_args* args) {
 }
 
 /* kernel softmax for bf16: grid block(x:1) */
-void dt_softmax_bf16(const dt_args* args) {
+void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
@@ -1313,7 +1313,7 @@ void dt_softmax_bf16(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
@@ -1444,7 +1444,7 @@ void dt_softmax_bf16(const dt_args* args) {
 }
 
 /* kernel softmax for f32: grid block(x:1) */
-void dt_softmax_f32(const dt_args* args) {
+void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
@@ -1452,7 +1452,7 @@ void dt_softmax_f32(const dt_args* args) {
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
-    for (long long pid = 0; pid < programs; pid++) {
+    for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = pid;
         (void)rest;
         const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));

@@ -24,13 +24,33 @@ pub(crate) fn run<T: Element>(op: &OpDesc, inputs: &[&HostTensor<T>], scalars: &
             args.inputs[slot] = inputs[j].data().as_ptr() as usize as u64;
         }
         args.output = out.as_mut_ptr() as usize as u64;
-        // SAFETY: `f` was generated with the signature `void(const dt_args*)`. Each input
-        // pointer refers to the data of a live `HostTensor`, whose shape and strides reach only
-        // elements inside that data (checked when it was made), and the kernel reads each input
-        // only at the strides and sizes of `args`, which `plan` took from those tensors. The
-        // output buffer holds the `out_elements` elements of the contiguous output the kernel
-        // writes. The kernel keeps no pointer after it returns.
-        unsafe { f(&args) };
+        // The programs in contiguous ranges, one per thread: each program writes its own block of
+        // the output (as on the GPU), so the ranges never write the same element.
+        let programs = plan.programs;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs);
+        let per_thread = programs.div_ceil(threads);
+        let run_range = |first: usize| {
+            let last = (first + per_thread).min(programs);
+            // SAFETY: `f` was generated with the signature
+            // `void(const dt_args*, long long first, long long last)`. Each input pointer refers
+            // to the data of a live `HostTensor`, whose shape and strides reach only elements
+            // inside that data (checked when it was made), and the kernel reads each input only at
+            // the strides and sizes of `args`, which `plan` took from those tensors. The output
+            // buffer holds the `out_elements` elements of the contiguous output, which outlives
+            // every thread (they are joined below), and the programs of disjoint ranges write
+            // disjoint elements of it. The kernel keeps no pointer after it returns.
+            unsafe { f(&args, first as i64, last as i64) };
+        };
+        if threads <= 1 {
+            run_range(0);
+        } else {
+            std::thread::scope(|scope| {
+                for t in 1..threads {
+                    scope.spawn(move || run_range(t * per_thread));
+                }
+                run_range(0);
+            });
+        }
     }
     Ok(HostTensor::from_parts(out, plan.out_shape))
 }

@@ -47,8 +47,9 @@ impl Default for DtArgs {
 // `dt_args` parameter that generated GPU kernels take by value.
 unsafe impl cudarc::driver::DeviceRepr for DtArgs {}
 
-/// A generated CPU kernel: `void SYMBOL(const dt_args*)`.
-pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs);
+/// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`, which
+/// runs programs `first..last` of its grid.
+pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs, i64, i64);
 
 /// Launch parameters of one CUDA kernel.
 #[derive(Clone, Copy, Debug)]

@@ -120,8 +120,10 @@ fn run<T: Element>(backend: Backend, case: &Case, placements: &[Placement]) -> d
         Backend::Hip => {
             use dt_kernels::hip::{self as h, HipTensor};
             let hip = hip().expect("checked by `available`");
-            let t: Vec<HipTensor<T>> =
-                inputs.into_iter().map(|(shape, strides, data)| HipTensor::from_host_strided(hip, shape, strides, &data)).collect::<Result<_, _>>()?;
+            let t: Vec<HipTensor<T>> = inputs
+                .into_iter()
+                .map(|(shape, strides, data)| HipTensor::from_host_strided(hip, shape, strides, &data))
+                .collect::<Result<_, _>>()?;
             let out = match case.op {
                 "matmul" => h::matmul(hip, &t[0], &t[1]),
                 "mm_leaky_relu" => h::mm_leaky_relu(hip, &t[0], &t[1]),

@@ -1,5 +1,7 @@
-//! The CPU C emitter: one C function per kernel and element type, `void SYMBOL(const dt_args*)`,
-//! that runs every program of the grid in turn. Tiles are arrays (in one heap arena per call);
+//! The CPU C emitter: one C function per kernel and element type,
+//! `void SYMBOL(const dt_args* args, long long first, long long last)`, that runs the programs
+//! `first..last` of the grid (clamped to the grid) in turn; programs write disjoint parts of the
+//! output, so callers may run ranges on several threads. Tiles are arrays (in one heap arena per call);
 //! each tile operation is a loop nest over the tile's lanes; masks compare offset + lane with the
 //! dimension's size. Compiles warning-free with `-O2 -Wall -Wextra` under gcc and clang.
 
@@ -53,7 +55,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     }
     let t = c_type(dtype);
     let _ = writeln!(e.out, "/* kernel {} for {}: grid {} */", k.name, dtype, k.grid.origin);
-    let _ = writeln!(e.out, "void {symbol}(const dt_args* args) {{");
+    let _ = writeln!(e.out, "void {symbol}(const dt_args* args, long long first, long long last) {{");
     for (slot, (_, name)) in k.dims.iter().enumerate() {
         e.line(&format!("const long long s{slot} = args->sizes[{slot}]; /* size of {name} */"));
     }
@@ -65,7 +67,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.line("if (!arena) return;");
     // Program ids: unravel through the grid's order, the last entry fastest.
     e.line(&format!("const long long programs = {};", super::program_count(k)));
-    e.line("for (long long pid = 0; pid < programs; pid++) {");
+    e.line("for (long long pid = first; pid < last && pid < programs; pid++) {");
     e.depth += 1;
     for l in super::program_coords(k, "continue;") {
         e.line(&l);
