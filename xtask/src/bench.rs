@@ -291,12 +291,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             Ok(())
         })();
-        row.status = match result {
-            Ok(()) => "ok".into(),
-            Err(e) => format!("failed: {e}"),
-        };
-        eprintln!("{}", row.dt_ms.map_or(row.status.clone(), |ms| format!("{ms:.3} ms ({})", row.rate)));
-        rows.push(row);
+        rows.push(row.finished(result));
     }
     python_baselines(&selected, &mut rows, opts);
     for row in &mut rows {
@@ -307,11 +302,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             .map(|(n, ms, _)| (n.clone(), ms.unwrap_or(f64::MAX)))
             .min_by(|a, b| a.1.total_cmp(&b.1));
     }
-    print_table(&rows);
-    if let Some(path) = &opts.json {
-        std::fs::write(path, to_json(&rows)).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
+    report(&rows, opts)
 }
 
 fn cublas_time(blas: &CudaBlas, stream: &Arc<CudaStream>, job: &Job, opts: &Options) -> Result<f64, String> {
@@ -396,6 +387,27 @@ fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options) {
         let name = v["baseline"].as_str().unwrap_or("?").to_string();
         rows[i].baselines.push((name, v["ms"].as_f64(), v["status"].as_str().unwrap_or("").to_string()));
     }
+}
+
+impl Row {
+    /// The row with the status of its run, after printing the progress line's end.
+    fn finished(mut self, result: Result<(), String>) -> Row {
+        self.status = match result {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("failed: {e}"),
+        };
+        eprintln!("{}", self.dt_ms.map_or(self.status.clone(), |ms| format!("{ms:.3} ms ({})", self.rate)));
+        self
+    }
+}
+
+/// Prints the table and, with `--json`, writes the rows.
+fn report(rows: &[Row], opts: &Options) -> Result<(), String> {
+    print_table(rows);
+    if let Some(path) = &opts.json {
+        std::fs::write(path, to_json(rows)).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn print_table(rows: &[Row]) {
@@ -517,17 +529,8 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
                 if job.memory_bound() { format!("{:.2} GB/s", bytes / ms / 1e6) } else { format!("{:.2} GFLOP/s", flops / ms / 1e6) };
             Ok(())
         })();
-        row.status = match result {
-            Ok(()) => "ok".into(),
-            Err(e) => format!("failed: {e}"),
-        };
-        eprintln!("{}", row.dt_ms.map_or(row.status.clone(), |ms| format!("{ms:.3} ms ({})", row.rate)));
-        rows.push(row);
+        rows.push(row.finished(result));
     }
     let _ = std::fs::remove_dir_all(&dir);
-    print_table(&rows);
-    if let Some(path) = &opts.json {
-        std::fs::write(path, to_json(&rows)).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
+    report(&rows, opts)
 }
