@@ -3,6 +3,7 @@
 # and racecheck), at sizes that are not multiples of any tile, in f32, f16 and bf16.
 # Usage: scripts/sanitize.sh PATH/TO/dtc   (on a machine with an NVIDIA GPU, numpy and
 # compute-sanitizer; prints one line per run and a summary "N passed, N failed").
+# SANITIZE_SPECS=matmul,mm_leaky_relu limits the runs to those specs.
 set -uo pipefail
 DTC=${1:?usage: sanitize.sh PATH/TO/dtc}
 SAN=${COMPUTE_SANITIZER:-compute-sanitizer}
@@ -15,7 +16,7 @@ d = sys.argv[1]; r = np.random.default_rng(3)
 def save(name, shape):
     a = r.standard_normal(shape).astype(np.float32)
     np.save(f"{d}/{name}_f32.npy", a); np.save(f"{d}/{name}_f16.npy", a.astype(np.float16))
-save("a", (133, 45)); save("b", (45, 70)); save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
+save("a", (133, 45)); save("b", (45, 70)); save("a2", (70, 300)); save("b2", (300, 50))  # k: 2 and 10 steps save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
 for n in (1000, 3000, 9000, 20000):  # one row length per size class of softmax and layernorm
     save(f"x{n}", (5, n)); save(f"w{n}", (n,)); save(f"bias{n}", (n,))
 save("q", (2, 3, 77, 40)); save("k", (2, 3, 61, 40)); save("v", (2, 3, 61, 24))
@@ -23,6 +24,7 @@ PY
 pass=0; fail=0
 run() { # tool spec dtype-label file-dtype extra-args...
   local tool=$1 spec=$2 label=$3 fd=$4; shift 4
+  [ -z "${SANITIZE_SPECS:-}" ] || [[ ",$SANITIZE_SPECS," == *",$spec,"* ]] || return 0
   local log="$WORK/$tool-$spec-$label.log"
   if "$SAN" --tool "$tool" --error-exitcode 9 "$DTC" run --backend cuda "$SPECS/$spec.dt" "$@" --output "$WORK/out.npy" >"$log" 2>&1; then
     pass=$((pass+1)); echo "ok    $tool $spec $label"
@@ -33,8 +35,11 @@ run() { # tool spec dtype-label file-dtype extra-args...
 for tool in memcheck racecheck; do
   for t in f32 f16 bf16; do
     fd=$t; extra=(); [ $t = bf16 ] && { fd=f32; extra=(--dtype bf16); }
-    run $tool matmul $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
-    run $tool mm_leaky_relu $t $fd --input A=$WORK/a_$fd.npy --input B=$WORK/b_$fd.npy "${extra[@]}"
+    for ab in a:b a2:b2; do
+      a=${ab%%:*}; b=${ab##*:}
+      run $tool matmul $t-$a $fd --input A=$WORK/${a}_$fd.npy --input B=$WORK/${b}_$fd.npy "${extra[@]}"
+      run $tool mm_leaky_relu $t-$a $fd --input A=$WORK/${a}_$fd.npy --input B=$WORK/${b}_$fd.npy "${extra[@]}"
+    done
     for class in 1k:1000 4k:3000 16k:9000 any:20000; do
       suffix=_${class%%:*}; [ $suffix = _any ] && suffix=; n=${class##*:}
       run $tool softmax $t-softmax$suffix $fd --kernel softmax$suffix --input A=$WORK/x${n}_$fd.npy "${extra[@]}"

@@ -96,6 +96,28 @@ DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+/* The same copy without the trip through registers: cp.async starts it and returns; the copies a
+ * thread issued since its last dt_cp_async_commit form one group, and dt_cp_async_wait<N> waits
+ * until at most N of the thread's groups are still in flight. The data is visible to the other
+ * threads of the block after the wait and a __syncthreads. */
+DT_FN void dt_cp_async16(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    dt_copy16_to_shared(smem, gmem);
+#endif
+}
+DT_FN void dt_cp_async_commit() {
+#if DT_SM80
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+DT_FN void dt_cp_async_wait() {
+#if DT_SM80
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
 #if DT_SM80
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -221,7 +243,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         /* v0: loaded by the tensor-core dot that reads it */
                         /* v1: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -268,6 +289,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -411,7 +433,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (long long o65 = 0; o65 < s5; o65 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -458,6 +479,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -628,7 +650,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (long long o131 = 0; o131 < s5; o131 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -675,6 +696,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                 }
                             }
                             __syncthreads();
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -920,7 +942,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         /* v0: loaded by the tensor-core dot that reads it */
                         /* v1: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -967,6 +988,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -1110,7 +1132,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (long long o65 = 0; o65 < s5; o65 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -1157,6 +1178,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -1327,7 +1349,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (long long o131 = 0; o131 < s5; o131 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -1374,6 +1395,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                 }
                             }
                             __syncthreads();
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -2392,7 +2414,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         /* v3: loaded by the tensor-core dot that reads it */
                         /* v4: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -2439,6 +2460,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -2649,7 +2671,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (long long o77 = 0; o77 < s5; o77 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -2696,6 +2717,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -2933,7 +2955,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (long long o151 = 0; o151 < s5; o151 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -2980,6 +3001,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                 }
                             }
                             __syncthreads();
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -3292,7 +3314,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         /* v3: loaded by the tensor-core dot that reads it */
                         /* v4: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -3339,6 +3360,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -3549,7 +3571,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (long long o77 = 0; o77 < s5; o77 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
-                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -3596,6 +3617,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                         }
                         __syncthreads();
+                        /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
                             const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
@@ -3833,7 +3855,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (long long o151 = 0; o151 < s5; o151 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -3880,6 +3901,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                 }
                             }
                             __syncthreads();
+                            /* rdot on tensor cores: [i:64, j:64] over d:32 by 2 x 2 warps of 2 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;

@@ -96,6 +96,28 @@ DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+/* The same copy without the trip through registers: cp.async starts it and returns; the copies a
+ * thread issued since its last dt_cp_async_commit form one group, and dt_cp_async_wait<N> waits
+ * until at most N of the thread's groups are still in flight. The data is visible to the other
+ * threads of the block after the wait and a __syncthreads. */
+DT_FN void dt_cp_async16(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    dt_copy16_to_shared(smem, gmem);
+#endif
+}
+DT_FN void dt_cp_async_commit() {
+#if DT_SM80
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+DT_FN void dt_cp_async_wait() {
+#if DT_SM80
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
 #if DT_SM80
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));

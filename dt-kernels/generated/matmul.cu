@@ -96,6 +96,28 @@ DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) {
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(gmem));
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dt_smem_u32(smem)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+/* The same copy without the trip through registers: cp.async starts it and returns; the copies a
+ * thread issued since its last dt_cp_async_commit form one group, and dt_cp_async_wait<N> waits
+ * until at most N of the thread's groups are still in flight. The data is visible to the other
+ * threads of the block after the wait and a __syncthreads. */
+DT_FN void dt_cp_async16(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    dt_copy16_to_shared(smem, gmem);
+#endif
+}
+DT_FN void dt_cp_async_commit() {
+#if DT_SM80
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+DT_FN void dt_cp_async_wait() {
+#if DT_SM80
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 DT_FN void dt_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {
 #if DT_SM80
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -164,7 +186,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 18944 bytes of shared memory */
+/* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -196,71 +218,131 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                 acc0[r] = 0e0f;
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
-            for (long long o5 = 0; o5 < s2; o5 += 32) {
-                /* v0: loaded by the tensor-core dot that reads it */
-                /* v1: loaded by the tensor-core dot that reads it */
-                /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            {
                 __syncthreads();
-                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                {
-                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
-                    #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const int e = tid + r * 128;
-                        (void)e; {
-                            const int l7 = (e / 4) % 128;
-                            const int l8 = (e / 1) % 4;
-                            if (vec6 && o1 + l7 < s0 && o5 + (l8 * 8 + 7) < s2) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
-                            } else {
-                                #pragma unroll
-                                for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = (o1 + l7 < s0 && o5 + (l8 * 8 + q) < s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
-                                }
-                            }
-                        }
-                    }
-                }
-                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                {
-                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
-                    #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const int e = tid + r * 128;
-                        (void)e; {
-                            const int l10 = (e / 16) % 32;
-                            const int l11 = (e / 1) % 16;
-                            if (vec9 && o5 + l10 < s2 && o2 + (l11 * 8 + 7) < s1) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
-                            } else {
-                                #pragma unroll
-                                for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = (o5 + l10 < s2 && o2 + (l11 * 8 + q) < s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
-                                }
-                            }
-                        }
-                    }
-                }
-                __syncthreads();
-                {
-                    const int lane = tid & 31;
-                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                    const unsigned fb0 = dt_smem_u32((dt_smem + 2560)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
-                    #pragma unroll
-                    for (int kk = 0; kk < 32; kk += 16) {
-                        unsigned fa[4][4], fb[8][2];
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
-                        #pragma unroll
-                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) {
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
-                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (e / 4) % 128;
+                                    const int l10 = (e / 1) % 4;
+                                    if (vec8 && o1 + l9 < s0 && o5 + (l10 * 8 + 7) < s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = (o1 + l9 < s0 && o5 + (l10 * 8 + q) < s2) ? in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (e / 16) % 32;
+                                    const int l13 = (e / 1) % 16;
+                                    if (vec11 && o5 + l12 < s2 && o2 + (l13 * 8 + 7) < s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = (o5 + l12 < s2 && o2 + (l13 * 8 + q) < s1) ? in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
+                    dt_cp_async_commit();
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 64;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (e / 4) % 128;
+                                    const int l17 = (e / 1) % 4;
+                                    if (vec15 && o1 + l16 < s0 && o14 + (l17 * 8 + 7) < s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = (o1 + l16 < s0 && o14 + (l17 * 8 + q) < s2) ? in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (e / 16) % 32;
+                                    const int l20 = (e / 1) % 16;
+                                    if (vec18 && o14 + l19 < s2 && o2 + (l20 * 8 + 7) < s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = (o14 + l19 < s2 && o2 + (l20 * 8 + q) < s1) ? in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 16) {
+                            unsigned fa[4][4], fb[8][2];
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            #pragma unroll
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                #pragma unroll
+                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            }
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
             }
             float v3[128];
             #pragma unroll
@@ -269,15 +351,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l14 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l15 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if (o1 + l14 < s0 && o2 + l15 < s1) out[(o1 + l14) * args.output_strides[0] + (o2 + l15) * args.output_strides[1]] = dt_store_f16(v3[r]);
+                const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l23 < s0 && o2 + l24 < s1) out[(o1 + l23) * args.output_strides[0] + (o2 + l24) * args.output_strides[1]] = dt_store_f16(v3[r]);
             }
         }
     }
 }
 
-/* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 18944 bytes of shared memory */
+/* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 56832 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -309,71 +391,131 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                 acc0[r] = 0e0f;
             }
             /* rdot mm.tensorize(k:32) num_stages(3) */
-            for (long long o5 = 0; o5 < s2; o5 += 32) {
-                /* v0: loaded by the tensor-core dot that reads it */
-                /* v1: loaded by the tensor-core dot that reads it */
-                /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            {
                 __syncthreads();
-                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                {
-                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
-                    #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const int e = tid + r * 128;
-                        (void)e; {
-                            const int l7 = (e / 4) % 128;
-                            const int l8 = (e / 1) % 4;
-                            if (vec6 && o1 + l7 < s0 && o5 + (l8 * 8 + 7) < s2) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
-                            } else {
-                                #pragma unroll
-                                for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = (o1 + l7 < s0 && o5 + (l8 * 8 + q) < s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
-                                }
-                            }
-                        }
-                    }
-                }
-                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                {
-                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
-                    #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const int e = tid + r * 128;
-                        (void)e; {
-                            const int l10 = (e / 16) % 32;
-                            const int l11 = (e / 1) % 16;
-                            if (vec9 && o5 + l10 < s2 && o2 + (l11 * 8 + 7) < s1) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
-                            } else {
-                                #pragma unroll
-                                for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = (o5 + l10 < s2 && o2 + (l11 * 8 + q) < s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
-                                }
-                            }
-                        }
-                    }
-                }
-                __syncthreads();
-                {
-                    const int lane = tid & 31;
-                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                    const unsigned fb0 = dt_smem_u32((dt_smem + 2560)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
-                    #pragma unroll
-                    for (int kk = 0; kk < 32; kk += 16) {
-                        unsigned fa[4][4], fb[8][2];
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
-                        #pragma unroll
-                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) {
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
-                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (e / 4) % 128;
+                                    const int l10 = (e / 1) % 4;
+                                    if (vec8 && o1 + l9 < s0 && o5 + (l10 * 8 + 7) < s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = (o1 + l9 < s0 && o5 + (l10 * 8 + q) < s2) ? in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (e / 16) % 32;
+                                    const int l13 = (e / 1) % 16;
+                                    if (vec11 && o5 + l12 < s2 && o2 + (l13 * 8 + 7) < s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = (o5 + l12 < s2 && o2 + (l13 * 8 + q) < s1) ? in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
+                    dt_cp_async_commit();
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* v0: loaded by the tensor-core dot that reads it */
+                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 64;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (e / 4) % 128;
+                                    const int l17 = (e / 1) % 4;
+                                    if (vec15 && o1 + l16 < s0 && o14 + (l17 * 8 + 7) < s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = (o1 + l16 < s0 && o14 + (l17 * 8 + q) < s2) ? in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (e / 16) % 32;
+                                    const int l20 = (e / 1) % 16;
+                                    if (vec18 && o14 + l19 < s2 && o2 + (l20 * 8 + 7) < s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = (o14 + l19 < s2 && o2 + (l20 * 8 + q) < s1) ? in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 16) {
+                            unsigned fa[4][4], fb[8][2];
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            #pragma unroll
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            #pragma unroll
+                            for (int i = 0; i < 4; i++) {
+                                #pragma unroll
+                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc0[(i * 8 + j) * 4], fa[i], fb[j]);
+                            }
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
             }
             float v3[128];
             #pragma unroll
@@ -382,9 +524,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l14 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l15 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if (o1 + l14 < s0 && o2 + l15 < s1) out[(o1 + l14) * args.output_strides[0] + (o2 + l15) * args.output_strides[1]] = dt_store_bf16(v3[r]);
+                const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l23 < s0 && o2 + l24 < s1) out[(o1 + l23) * args.output_strides[0] + (o2 + l24) * args.output_strides[1]] = dt_store_bf16(v3[r]);
             }
         }
     }

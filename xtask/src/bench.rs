@@ -101,7 +101,7 @@ fn jobs() -> Vec<Job> {
     }
     let rows: &[[usize; 2]] = &[[4096, 1024], [4096, 4096], [4096, 16384], [8192, 1000], [128, 65536], [65536, 4096]];
     for op in ["softmax", "layernorm", "dyt"] {
-        for dtype in [DType::F16, DType::F32] {
+        for dtype in [DType::F16, DType::BF16, DType::F32] {
             for s in rows {
                 out.push(Job { op, dtype, shape: s.to_vec(), causal: false });
             }

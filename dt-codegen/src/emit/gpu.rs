@@ -660,6 +660,10 @@ impl Emitter<'_> {
                     e.line(&format!("{name}[r] = {rhs};"));
                 });
             }
+            Stmt::Loop(l) if self.plan.pipelined(l).is_some() => {
+                let (id, d) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())).expect("pipelined");
+                self.pipelined_loop(l, id, &d)?;
+            }
             Stmt::Loop(l) => {
                 let o = self.fresh("o");
                 if !l.origin.is_empty() {

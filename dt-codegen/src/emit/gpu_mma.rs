@@ -20,9 +20,14 @@
 //! order of f32 additions: on CUDA (the helpers need sm_80), for f16 and bf16 kernels whose
 //! operands are exact in that type (loads, possibly masked with a representable fill; a value
 //! computed in the kernel is f32 and is left to the scalar path, such as the probabilities of
-//! attention), and for tiles the warps divide into whole m16n8k16 fragments. There is no
-//! software pipeline yet: the copy to shared memory and the tensor-core work of one step do not
-//! overlap.
+//! attention), and for tiles the warps divide into whole m16n8k16 fragments.
+//!
+//! `num_stages(S)` with S >= 2 pipelines a reduction loop that does nothing but such a dot of
+//! two operands it loads itself (a plain matmul's k loop): each operand gets S shared-memory
+//! buffers, the copies for step i + S - 1 are started with `cp.async` before the tensor cores
+//! work on step i, and one `__syncthreads` per step both publishes step i and frees the buffer
+//! that step i + S - 1 overwrites (it was read in step i - 1). Any other loop, and a dot whose
+//! S buffers do not fit in shared memory, runs unpipelined (S lowered until they fit).
 
 use super::{Dialect, Emitter, Lanes};
 use dt_core::algo::DimId;
@@ -87,6 +92,9 @@ pub(super) struct MmaDot {
     /// last axis, and the load prints nothing. Inputs are read-only, so the later read sees
     /// the same data.
     pub direct: [Option<DirectLoad>; 2],
+    /// Shared-memory buffers per operand: above 1 when the dot's reduction loop is pipelined
+    /// (`num_stages`), see the module docs.
+    pub stages: u32,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -126,10 +134,16 @@ impl MmaDot {
         }
     }
 
-    /// Shared memory (in 4-byte words) that staging operand `i` takes.
-    pub fn slot_words(&self, i: usize) -> usize {
+    /// Shared memory (in 4-byte words) that one buffer of operand `i` takes: a multiple of 4,
+    /// so that every buffer starts 16-byte aligned.
+    pub fn buffer_words(&self, i: usize) -> usize {
         let lines = if self.trans(i) { self.depth } else { self.rows(i).1 };
-        (lines * self.pitch(i)).div_ceil(2) as usize
+        ((lines * self.pitch(i)).div_ceil(2) as usize).next_multiple_of(4)
+    }
+
+    /// Shared memory (in 4-byte words) that staging operand `i` takes: all its buffers.
+    pub fn slot_words(&self, i: usize) -> usize {
+        self.buffer_words(i) * self.stages as usize
     }
 }
 
@@ -148,6 +162,14 @@ impl Plan {
     /// Whether the update of `var` by `value` is done by the tensor-core dot itself.
     pub fn fused_update(&self, var: VarId, value: ValueId) -> bool {
         self.dot(value).is_some_and(|d| d.into == Some(var))
+    }
+
+    /// The tensor-core dot that loop `l` is pipelined around (see the module docs).
+    pub fn pipelined(&self, l: &Loop) -> Option<(ValueId, &MmaDot)> {
+        l.body.iter().find_map(|s| match s {
+            Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1).map(|d| (*value, d)),
+            _ => None,
+        })
     }
 
     /// Whether load `v` is made by the tensor-core dot that reads it.
@@ -237,7 +259,37 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
             d.direct[role] = Some(load);
         }
     }
+    pipeline(&k.body, &mut p);
     p
+}
+
+/// Gives every dot that is all its `num_stages` loop does (see the module docs) that many
+/// buffers per operand, as many as fit in shared memory.
+fn pipeline(stmts: &[Stmt], p: &mut Plan) {
+    for s in stmts {
+        let Stmt::Loop(l) = s else { continue };
+        pipeline(&l.body, p);
+        if l.stages < 2 || l.kind == LoopKind::Block {
+            continue;
+        }
+        let dots: Vec<ValueId> =
+            l.body.iter().filter_map(|s| if let Stmt::Let { value, op: Op::Dot { .. } } = s { Some(*value) } else { None }).collect();
+        let [dot] = dots[..] else { continue };
+        let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == dot) else { continue };
+        let loaded_by_dot = |v: &ValueId| (d.direct[0].is_some() && d.a == *v) || (d.direct[1].is_some() && d.b == *v);
+        let only_the_dot = l.body.iter().all(|s| match s {
+            Stmt::Let { value, op: Op::Load { .. } } => loaded_by_dot(value),
+            Stmt::Let { value, .. } => *value == dot,
+            Stmt::Update { var, value, .. } => *value == dot && d.into == Some(*var),
+            _ => false,
+        });
+        if !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
+            continue;
+        }
+        let words = d.buffer_words(0) + d.buffer_words(1);
+        let fit = (super::MAX_SHARED_BYTES as usize / 4 / words) as u32;
+        d.stages = l.stages.min(fit).max(1);
+    }
 }
 
 /// The one mma layout all of `ls` share, or blocked (also when `ls` is empty).
@@ -358,13 +410,98 @@ fn geometry(k: &Kernel, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Opti
         .map(|wm| (wm, warps / wm))
         .filter(|(wm, wn)| rows % (16 * wm) == 0 && cols % (8 * wn) == 0)
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
-    Some(MmaDot { tile: MmaTile { m, n, rows, cols, wm, wn }, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None] })
+    Some(MmaDot { tile: MmaTile { m, n, rows, cols, wm, wn }, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1 })
 }
 
 impl Emitter<'_> {
     /// `id = dot` on tensor cores (see the module docs), into the accumulator it is fused with
     /// or into a fresh zeroed tile.
     pub(super) fn mma_dot(&mut self, id: ValueId, d: &MmaDot) {
+        self.line("__syncthreads();");
+        self.stage(d, 0, None);
+        self.stage(d, 1, None);
+        self.line("__syncthreads();");
+        self.mma_compute(id, d, None);
+    }
+
+    /// A loop pipelined around tensor-core dot `id` (see the module docs): the copies of the
+    /// first S - 1 steps start before it; step i waits for its own, starts those of step
+    /// i + S - 1 and then computes.
+    pub(super) fn pipelined_loop(&mut self, l: &Loop, id: ValueId, d: &MmaDot) -> Result<(), super::EmitError> {
+        let (s, step, size) = (d.stages, l.step, self.size(l.dim));
+        let o = self.fresh("o");
+        let (rd, wr) = (self.fresh("rd"), self.fresh("wr"));
+        if !l.origin.is_empty() {
+            self.line(&format!("/* {} */", l.origin));
+        }
+        self.line(&format!(
+            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the tensor cores work on this one */",
+            s - 1
+        ));
+        self.line("{");
+        self.depth += 1;
+        self.line("__syncthreads();");
+        self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
+        self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
+        self.depth += 1;
+        self.line(&format!("const long long {o} = (long long)st * {step};"));
+        self.staged_copy(d, l.dim, &o, &size, "st");
+        self.depth -= 1;
+        self.line("}");
+        self.line(&super::super::loop_header(self.k, l, &o));
+        self.depth += 1;
+        self.offsets.push((l.dim, o.clone()));
+        for stmt in &l.body {
+            if !matches!(stmt, Stmt::Let { value, .. } if *value == id) {
+                self.stmt(stmt)?;
+                continue;
+            }
+            self.line(&format!("/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */", s - 1));
+            self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
+            self.line("__syncthreads();");
+            let ahead = self.fresh("o");
+            self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
+            self.staged_copy(d, l.dim, &ahead, &size, &wr);
+            self.mma_compute(id, d, Some(&rd));
+        }
+        self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
+        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        // Nothing is in flight past the end (those groups are empty), but the buffers may be
+        // read as other slots next.
+        self.line("dt_cp_async_wait<0>();");
+        self.line("__syncthreads();");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// Starts the copies of both operands of `d` at offset `at` along `dim` (when in range) into
+    /// buffer `buf`, as one cp.async group.
+    fn staged_copy(&mut self, d: &MmaDot, dim: DimId, at: &str, size: &str, buf: &str) {
+        self.offsets.push((dim, at.to_string()));
+        self.line(&format!("if ({at} < {size}) {{"));
+        self.depth += 1;
+        self.stage(d, 0, Some(buf));
+        self.stage(d, 1, Some(buf));
+        self.depth -= 1;
+        self.line("}");
+        self.line("dt_cp_async_commit();");
+        self.offsets.pop();
+    }
+
+    /// Shared memory of operand `i` of `d`: its buffer `buf` (a C expression) when pipelined.
+    fn buffer(&self, d: &MmaDot, i: usize, buf: Option<&str>) -> String {
+        match buf {
+            Some(b) => format!("({} + {b} * {})", self.slot(i), d.buffer_words(i)),
+            None => self.slot(i),
+        }
+    }
+
+    /// The tensor-core work of `id = dot` on operands already staged (in buffer `buf`).
+    fn mma_compute(&mut self, id: ValueId, d: &MmaDot, buf: Option<&str>) {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let suffix = self.dtype.name();
@@ -379,10 +516,6 @@ impl Emitter<'_> {
             t.wm,
             t.wn
         ));
-        self.line("__syncthreads();");
-        self.stage(d, 0);
-        self.stage(d, 1);
-        self.line("__syncthreads();");
         let acc = match d.into {
             Some(var) => format!("acc{}", var.0),
             None => {
@@ -414,7 +547,7 @@ impl Emitter<'_> {
         } else {
             (format!("({wcol} + (lane & 7) + (lane >> 4) * 8) * {pb} + ((lane >> 3) & 1) * 8"), (8 * pb, 1), "")
         };
-        let (sa, sb) = (self.slot(0), self.slot(1));
+        let (sa, sb) = (self.buffer(d, 0, buf), self.buffer(d, 1, buf));
         self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
         self.line(&format!("const unsigned fb0 = dt_smem_u32({sb}) + ({fb0}) * 2;"));
         let step = |f: &str, (fs, ks): (u32, u32)| {
@@ -463,7 +596,8 @@ impl Emitter<'_> {
     /// [`MmaDot::pitch`] elements (row-major [rows][K] or, for [`MmaDot::trans`], [K][rows]),
     /// whatever the operand's own dimension order: from global memory when the dot makes the
     /// load, else from the operand's registers.
-    fn stage(&mut self, d: &MmaDot, i: usize) {
+    /// Pipelined (`buf` given), into that buffer and with `cp.async`.
+    fn stage(&mut self, d: &MmaDot, i: usize, buf: Option<&str>) {
         let v = if i == 0 { d.a } else { d.b };
         let (rows, k, pitch) = (d.rows(i).0, d.k, d.pitch(i));
         let at = move |l: &Lanes| {
@@ -474,7 +608,7 @@ impl Emitter<'_> {
             }
         };
         let shape = self.k.value(v).shape.clone();
-        let dst = format!("((unsigned short*){})", self.slot(i));
+        let dst = format!("((unsigned short*){})", self.buffer(d, i, buf));
         let Some(load) = &d.direct[i] else {
             let layout = self.plan.values[v.0 as usize];
             let cvt = format!("dt_f32_to_{}", self.dtype.name());
@@ -532,7 +666,8 @@ impl Emitter<'_> {
                 super::super::masked_address(e.k, &load.axes, &first, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;
-            e.line(&format!("dt_copy16_to_shared(&{dst}[{}], &in{input}[{addr}]);", at(&first)));
+            let copy16 = if buf.is_some() { "dt_cp_async16" } else { "dt_copy16_to_shared" };
+            e.line(&format!("{copy16}(&{dst}[{}], &in{input}[{addr}]);", at(&first)));
             e.depth -= 1;
             e.line("} else {");
             e.depth += 1;
