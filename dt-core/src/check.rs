@@ -22,7 +22,7 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
     ("abs", UnOp::Abs),
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
-const PRIMITIVES: &str = "block, tensorize, map, fuse_at, num_warps, num_stages, dtypes, bound, compile";
+const PRIMITIVES: &str = "block, tensorize, map, fuse_at, num_warps, num_stages, max_registers, dtypes, bound, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {
@@ -734,6 +734,16 @@ impl<'a, 'd> Checker<'a, 'd> {
                         self.err(s, format!("num_stages({n}) is not supported"), "the pipeline depth is 1 (no pipelining) to 8");
                     } else {
                         self.prog.funcs[f.index()].schedule.num_stages = n as u32;
+                    }
+                    self.sched_spans[f.index()].placement.push(span);
+                }
+            }
+            "max_registers" => {
+                if let Some((n, s)) = self.one_number(prim, args) {
+                    if !(32..=255).contains(&n) {
+                        self.err(s, format!("max_registers({n}) is not supported"), "registers per thread: 32 to 255");
+                    } else {
+                        self.prog.funcs[f.index()].schedule.max_registers = Some(n as u32);
                     }
                     self.sched_spans[f.index()].placement.push(span);
                 }

@@ -206,6 +206,9 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     }
     lines.push(format!("{kname}.num_warps({});", rng.pick(&[1, 2, 4, 8, 16, 32])));
     lines.push(format!("{kname}.num_stages({});", rng.pick(&[1, 2, 3, 4])));
+    if rng.chance(30) {
+        lines.push(format!("{kname}.max_registers({});", rng.pick(&[32, 64, 128])));
+    }
     lines.extend(placements(p, k, rng));
     lines.extend(kernel_marks(p, k));
     lines.join("\n") + "\n"

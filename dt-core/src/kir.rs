@@ -246,6 +246,8 @@ pub struct Kernel {
     pub grid: Grid,
     pub num_warps: u32,
     pub num_stages: u32,
+    /// At most this many registers per thread (`max_registers`), on CUDA.
+    pub max_registers: Option<u32>,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
     pub body: Vec<Stmt>,
@@ -296,6 +298,9 @@ pub fn print(k: &Kernel) -> String {
         .collect();
     let _ = writeln!(out, "  grid   [{}]{}", order.join(", "), comment(&k.grid.origin));
     let _ = writeln!(out, "  block  {} threads{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
+    if let Some(n) = k.max_registers {
+        let _ = writeln!(out, "  regs   at most {n} per thread{}", comment(&format!("max_registers({n})")));
+    }
     let _ = writeln!(out, "  program:");
     print_stmts(k, &k.body, 2, &mut out);
     out

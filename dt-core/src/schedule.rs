@@ -28,6 +28,9 @@ pub struct Schedule {
     pub fuse_at: Option<(FuncId, DimId)>,
     pub num_warps: u32,
     pub num_stages: u32,
+    /// `max_registers(n)`: at most `n` registers per thread on CUDA (none: the compiler's
+    /// choice).
+    pub max_registers: Option<u32>,
     /// Marked with `compile()`: a kernel entry point.
     pub kernel: bool,
     /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
@@ -46,6 +49,7 @@ impl Default for Schedule {
             fuse_at: None,
             num_warps: 4,
             num_stages: 1,
+            max_registers: None,
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),

@@ -187,7 +187,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel dyt for f16: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_dyt_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -360,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_dyt_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -533,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
 }
 
 /* kernel dyt for f32: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 8) dt_dyt_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -187,7 +187,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel layernorm_1k for f16: grid block(x:2); 128 threads, 4128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -634,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
 }
 
 /* kernel layernorm_1k for bf16: grid block(x:2); 128 threads, 4128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1081,7 +1081,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
 }
 
 /* kernel layernorm_1k for f32: grid block(x:2); 128 threads, 4128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1500,7 +1500,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
 }
 
 /* kernel layernorm_4k for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1925,7 +1925,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f16(const dt_a
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2350,7 +2350,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_bf16(const dt_
 }
 
 /* kernel layernorm_4k for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_4k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3994,7 +3994,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
 }
 
 /* kernel layernorm for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4484,7 +4484,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f16(const dt_args
 }
 
 /* kernel layernorm for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4974,7 +4974,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_bf16(const dt_arg
 }
 
 /* kernel layernorm for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

@@ -187,7 +187,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel softmax_1k for f16: grid block(x:2); 128 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -479,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
 }
 
 /* kernel softmax_1k for bf16: grid block(x:2); 128 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -771,7 +771,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
 }
 
 /* kernel softmax_1k for f32: grid block(x:2); 128 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(128, 5) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1051,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
 }
 
 /* kernel softmax_4k for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1343,7 +1343,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_arg
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1635,7 +1635,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_ar
 }
 
 /* kernel softmax_4k for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2779,7 +2779,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
 }
 
 /* kernel softmax for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3136,7 +3136,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_f16(const dt_args a
 }
 
 /* kernel softmax for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3493,7 +3493,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_bf16(const dt_args 
 }
 
 /* kernel softmax for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_f32(const dt_args args) {
+extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;

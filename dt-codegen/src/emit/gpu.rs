@@ -55,6 +55,8 @@ pub struct LaunchInfo {
 /// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
 /// offer, so a kernel runs on every supported GPU.
 pub const MAX_SHARED_BYTES: u32 = 64 * 1024;
+/// 32-bit registers of one multiprocessor (sm_80, sm_90).
+const REGISTERS_PER_SM: u32 = 64 * 1024;
 
 /// A whole file: the runtime, the argument block and every (kernel, dtype, symbol).
 pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, String)]) -> Result<(String, Vec<LaunchInfo>), EmitError> {
@@ -131,7 +133,14 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         "/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */",
         k.name, k.grid.origin
     );
-    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({threads}) {symbol}(const dt_args args) {{");
+    // max_registers(n): ask for as many resident programs per multiprocessor as n registers per
+    // thread leave room for in its 64K registers; the compiler then keeps within n (spilling
+    // what does not fit). HIP's second bound means something else, so it is left out there.
+    let bounds = match (dialect, k.max_registers) {
+        (Dialect::Cuda, Some(n)) => format!("{threads}, {}", (REGISTERS_PER_SM / (n * threads)).max(1)),
+        _ => threads.to_string(),
+    };
+    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({bounds}) {symbol}(const dt_args args) {{");
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
     e.line("const int tid = (int)threadIdx.x;");

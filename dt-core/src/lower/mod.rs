@@ -56,6 +56,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         grid: grid::build_grid(p, k),
         num_warps: f.schedule.num_warps,
         num_stages: f.schedule.num_stages,
+        max_registers: f.schedule.max_registers,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),
