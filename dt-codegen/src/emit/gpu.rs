@@ -669,11 +669,10 @@ impl Emitter<'_> {
                     e.line(&format!("{name}[r] = {rhs};"));
                 });
             }
-            Stmt::Loop(l) if self.plan.pipelined(l).is_some() => {
-                let (id, d) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())).expect("pipelined");
-                self.pipelined_loop(l, id, &d)?;
-            }
             Stmt::Loop(l) => {
+                if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
+                    return self.pipelined_loop(l, id, &d);
+                }
                 let o = self.fresh("o");
                 if !l.origin.is_empty() {
                     self.line(&format!("/* {} */", l.origin));
