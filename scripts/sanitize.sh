@@ -3,7 +3,8 @@
 # and racecheck), at sizes that are not multiples of any tile, in f32, f16 and bf16.
 # Usage: scripts/sanitize.sh PATH/TO/dtc   (on a machine with an NVIDIA GPU, numpy and
 # compute-sanitizer; prints one line per run and a summary "N passed, N failed").
-# SANITIZE_SPECS=matmul,mm_leaky_relu limits the runs to those specs.
+# SANITIZE_SPECS=matmul,mm_leaky_relu limits the runs to those specs, SANITIZE_DTYPES="f16" to
+# those element types.
 set -uo pipefail
 DTC=${1:?usage: sanitize.sh PATH/TO/dtc}
 SAN=${COMPUTE_SANITIZER:-compute-sanitizer}
@@ -16,7 +17,8 @@ d = sys.argv[1]; r = np.random.default_rng(3)
 def save(name, shape):
     a = r.standard_normal(shape).astype(np.float32)
     np.save(f"{d}/{name}_f32.npy", a); np.save(f"{d}/{name}_f16.npy", a.astype(np.float16))
-save("a", (133, 45)); save("b", (45, 70)); save("a2", (70, 300)); save("b2", (300, 50))  # k: 2 and 10 steps save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
+save("a", (133, 45)); save("b", (45, 70)); save("a2", (70, 300)); save("b2", (300, 50))  # k: 2 and 10 steps
+save("x", (37, 1500)); save("w", (1500,)); save("bias", (1500,))
 for n in (1000, 3000, 9000, 20000):  # one row length per size class of softmax and layernorm
     save(f"x{n}", (5, n)); save(f"w{n}", (n,)); save(f"bias{n}", (n,))
 save("q", (2, 3, 77, 40)); save("k", (2, 3, 61, 40)); save("v", (2, 3, 61, 24))
@@ -33,7 +35,7 @@ run() { # tool spec dtype-label file-dtype extra-args...
   fi
 }
 for tool in memcheck racecheck; do
-  for t in f32 f16 bf16; do
+  for t in ${SANITIZE_DTYPES:-f32 f16 bf16}; do
     fd=$t; extra=(); [ $t = bf16 ] && { fd=f32; extra=(--dtype bf16); }
     for ab in a:b a2:b2; do
       a=${ab%%:*}; b=${ab##*:}
@@ -45,7 +47,8 @@ for tool in memcheck racecheck; do
       run $tool softmax $t-softmax$suffix $fd --kernel softmax$suffix --input A=$WORK/x${n}_$fd.npy "${extra[@]}"
       run $tool layernorm $t-layernorm$suffix $fd --kernel layernorm$suffix --input X=$WORK/x${n}_$fd.npy --input W=$WORK/w${n}_$fd.npy --input B=$WORK/bias${n}_$fd.npy --scalar eps=1e-5 "${extra[@]}"
     done
-    run $tool dyt $t $fd --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar alpha=0.7 "${extra[@]}"
+    run $tool dyt $t $fd --kernel dyt --input X=$WORK/x_$fd.npy --input W=$WORK/w_$fd.npy --input B=$WORK/bias_$fd.npy --scalar alpha=0.7 "${extra[@]}"
+    run $tool dyt $t-dyt_1k $fd --kernel dyt_1k --input X=$WORK/x1000_$fd.npy --input W=$WORK/w1000_$fd.npy --input B=$WORK/bias1000_$fd.npy --scalar alpha=0.7 "${extra[@]}"
     for kern in attention attention_causal; do
       q=q; [ $kern = attention_causal ] && q=k   # causal: square scores (seq_q = seq_k)
       run $tool attention $t-$kern $fd --kernel $kern --input Q=$WORK/${q}_$fd.npy --input K=$WORK/k_$fd.npy --input V=$WORK/v_$fd.npy "${extra[@]}"

@@ -105,6 +105,18 @@ pub enum Op {
     Var(VarId),
 }
 
+impl Op {
+    /// The values the operation reads.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } => vec![*a],
+            Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
+            Op::Select(c, a, b) => vec![*c, *a, *b],
+            Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
+        }
+    }
+}
+
 /// How [`Stmt::Update`] changes an accumulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {

@@ -101,12 +101,16 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -235,57 +239,53 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             }
                         }
                     }
-                    /* m.fuse_at(attention, i) */
+                    /* rsum identity */
                     for (long long l54 = 0; l54 < 1; l54++) {
                         for (long long l55 = 0; l55 < 1; l55++) {
                             for (long long l56 = 0; l56 < 64; l56++) {
-                                (arena + 115206)[l54 * 64 + l55 * 64 + l56] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l57 = 0; l57 < 1; l57++) {
-                        for (long long l58 = 0; l58 < 1; l58++) {
-                            for (long long l59 = 0; l59 < 64; l59++) {
-                                (arena + 115206)[l57 * 64 + l58 * 64 + l59] = (arena + 20546)[l57 * 64 + l58 * 64 + l59];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 115270)[l60 * 64 + l61 * 64 + l62] = 0e0f;
+                                (arena + 115270)[l54 * 64 + l55 * 64 + l56] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention.tensorize(j:64) */
-                    for (long long o63 = 0; o63 < s3; o63 += 64) {
+                    for (long long o57 = 0; o57 < s3; o57 += 64) {
                         /* rdot accumulator */
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 1; l65++) {
-                                for (long long l66 = 0; l66 < 64; l66++) {
-                                    for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 115334)[l64 * 4096 + l65 * 4096 + l66 * 64 + l67] = 0e0f;
+                        for (long long l58 = 0; l58 < 1; l58++) {
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 115334)[l58 * 4096 + l59 * 4096 + l60 * 64 + l61] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o68 = 0; o68 < s5; o68 += 32) {
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        for (long long l72 = 0; l72 < 32; l72++) {
-                                            (arena + 20610)[l69 * 2048 + l70 * 2048 + l71 * 32 + l72] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[(o1 + l69) * args->input_strides[0][0] + (o2 + l70) * args->input_strides[0][1] + (o3 + l71) * args->input_strides[0][2] + (o68 + l72) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o62 = 0; o62 < s5; o62 += 32) {
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        for (long long l66 = 0; l66 < 32; l66++) {
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        for (long long l76 = 0; l76 < 32; l76++) {
-                                            (arena + 22658)[l73 * 2048 + l74 * 2048 + l75 * 32 + l76] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[(o1 + l73) * args->input_strides[1][0] + (o2 + l74) * args->input_strides[1][1] + (o63 + l75) * args->input_strides[1][2] + (o68 + l76) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        for (long long l70 = 0; l70 < 32; l70++) {
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        for (long long l74 = 0; l74 < 64; l74++) {
+                                            float a76 = 0.0f;
+                                            for (long long r75 = 0; r75 < 32; r75++) a76 += (arena + 20610)[l71 * 2048 + l72 * 2048 + l73 * 32 + r75 * 1] * (arena + 22658)[l71 * 2048 + l72 * 2048 + l74 * 32 + r75 * 1];
+                                            (arena + 24706)[l71 * 4096 + l72 * 4096 + l73 * 64 + l74] = a76;
                                         }
                                     }
                                 }
@@ -294,213 +294,211 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
                                         for (long long l80 = 0; l80 < 64; l80++) {
-                                            float a82 = 0.0f;
-                                            for (long long r81 = 0; r81 < 32; r81++) a82 += (arena + 20610)[l77 * 2048 + l78 * 2048 + l79 * 32 + r81 * 1] * (arena + 22658)[l77 * 2048 + l78 * 2048 + l80 * 32 + r81 * 1];
-                                            (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = a82;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l83 = 0; l83 < 1; l83++) {
-                                for (long long l84 = 0; l84 < 1; l84++) {
-                                    for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 64; l86++) {
-                                            (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] + (arena + 24706)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86];
+                                            (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] + (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l87 = 0; l87 < 1; l87++) {
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 64; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 28802)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = (arena + 115334)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90];
+                        for (long long l81 = 0; l81 < 1; l81++) {
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 64; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 28802)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84] = (arena + 115334)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84];
                                     }
                                 }
                             }
                         }
                         (arena + 32898)[0] = (float)s5;
                         (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-                        for (long long l91 = 0; l91 < 1; l91++) {
-                            for (long long l92 = 0; l92 < 1; l92++) {
-                                for (long long l93 = 0; l93 < 64; l93++) {
-                                    for (long long l94 = 0; l94 < 64; l94++) {
-                                        (arena + 32900)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] = ((arena + 28802)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] * (arena + 32899)[0]);
+                        for (long long l85 = 0; l85 < 1; l85++) {
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 64; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 32900)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 28802)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] * (arena + 32899)[0]);
                                     }
                                 }
                             }
                         }
-                        for (long long l95 = 0; l95 < 1; l95++) {
-                            for (long long l96 = 0; l96 < 1; l96++) {
-                                for (long long l97 = 0; l97 < 64; l97++) {
-                                    (arena + 36996)[l95 * 64 + l96 * 64 + l97] = (arena + 115206)[l95 * 64 + l96 * 64 + l97];
-                                }
-                            }
-                        }
-                        for (long long l98 = 0; l98 < 1; l98++) {
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 64; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        (arena + 37060)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = ((arena + 32900)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] - (arena + 36996)[l98 * 64 + l99 * 64 + l100]);
+                        for (long long l89 = 0; l89 < 1; l89++) {
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 64; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        (arena + 37060)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 32900)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 20546)[l89 * 64 + l90 * 64 + l91]);
                                     }
                                 }
                             }
                         }
-                        for (long long l102 = 0; l102 < 1; l102++) {
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 64; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 41156)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = expf((arena + 37060)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105]);
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41156)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 37060)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45252)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o57 + l100 < s3) ? (arena + 41156)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    float a105 = 0e0f;
+                                    for (long long r104 = 0; r104 < 64; r104++) a105 = a105 + (arena + 45252)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                    (arena + 49348)[l101 * 64 + l102 * 64 + l103] = a105;
                                 }
                             }
                         }
                         for (long long l106 = 0; l106 < 1; l106++) {
                             for (long long l107 = 0; l107 < 1; l107++) {
                                 for (long long l108 = 0; l108 < 64; l108++) {
-                                    for (long long l109 = 0; l109 < 64; l109++) {
-                                        (arena + 45252)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] = (o63 + l109 < s3) ? (arena + 41156)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] : 0e0f;
-                                    }
+                                    (arena + 115270)[l106 * 64 + l107 * 64 + l108] = (arena + 115270)[l106 * 64 + l107 * 64 + l108] + (arena + 49348)[l106 * 64 + l107 * 64 + l108];
                                 }
                             }
                         }
+                    }
+                    for (long long l109 = 0; l109 < 1; l109++) {
                         for (long long l110 = 0; l110 < 1; l110++) {
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 64; l112++) {
-                                    float a114 = 0e0f;
-                                    for (long long r113 = 0; r113 < 64; r113++) a114 = a114 + (arena + 45252)[l110 * 4096 + l111 * 4096 + l112 * 64 + r113 * 1];
-                                    (arena + 49348)[l110 * 64 + l111 * 64 + l112] = a114;
-                                }
-                            }
-                        }
-                        for (long long l115 = 0; l115 < 1; l115++) {
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 64; l117++) {
-                                    (arena + 115270)[l115 * 64 + l116 * 64 + l117] = (arena + 115270)[l115 * 64 + l116 * 64 + l117] + (arena + 49348)[l115 * 64 + l116 * 64 + l117];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l118 = 0; l118 < 1; l118++) {
-                        for (long long l119 = 0; l119 < 1; l119++) {
-                            for (long long l120 = 0; l120 < 64; l120++) {
-                                (arena + 49412)[l118 * 64 + l119 * 64 + l120] = (arena + 115270)[l118 * 64 + l119 * 64 + l120];
-                            }
-                        }
-                    }
-                    /* l.fuse_at(attention, i) */
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                (arena + 119430)[l121 * 64 + l122 * 64 + l123] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l124 = 0; l124 < 1; l124++) {
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 64; l126++) {
-                                (arena + 119430)[l124 * 64 + l125 * 64 + l126] = (arena + 49412)[l124 * 64 + l125 * 64 + l126];
+                            for (long long l111 = 0; l111 < 64; l111++) {
+                                (arena + 49412)[l109 * 64 + l110 * 64 + l111] = (arena + 115270)[l109 * 64 + l110 * 64 + l111];
                             }
                         }
                     }
                     /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                    for (long long o112 = b4 * 128; o112 < dt_min_ll(b4 * 128 + 128, s4); o112 += 128) {
                         /* rdot accumulator */
-                        for (long long l128 = 0; l128 < 1; l128++) {
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 64; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        (arena + 119494)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = 0e0f;
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 119494)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(j:64) */
-                        for (long long o132 = 0; o132 < s3; o132 += 64) {
+                        for (long long o117 = 0; o117 < s3; o117 += 64) {
                             /* rdot accumulator */
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 1; l134++) {
-                                    for (long long l135 = 0; l135 < 64; l135++) {
-                                        for (long long l136 = 0; l136 < 64; l136++) {
-                                            (arena + 127686)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = 0e0f;
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 127686)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention.tensorize(d:32) */
-                            for (long long o137 = 0; o137 < s5; o137 += 32) {
-                                for (long long l138 = 0; l138 < 1; l138++) {
-                                    for (long long l139 = 0; l139 < 1; l139++) {
-                                        for (long long l140 = 0; l140 < 64; l140++) {
-                                            for (long long l141 = 0; l141 < 32; l141++) {
-                                                (arena + 49476)[l138 * 2048 + l139 * 2048 + l140 * 32 + l141] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[(o1 + l138) * args->input_strides[0][0] + (o2 + l139) * args->input_strides[0][1] + (o3 + l140) * args->input_strides[0][2] + (o137 + l141) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o122 = 0; o122 < s5; o122 += 32) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 1; l124++) {
+                                        for (long long l125 = 0; l125 < 64; l125++) {
+                                            for (long long l126 = 0; l126 < 32; l126++) {
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l142 = 0; l142 < 1; l142++) {
-                                    for (long long l143 = 0; l143 < 1; l143++) {
-                                        for (long long l144 = 0; l144 < 64; l144++) {
-                                            for (long long l145 = 0; l145 < 32; l145++) {
-                                                (arena + 51524)[l142 * 2048 + l143 * 2048 + l144 * 32 + l145] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[(o1 + l142) * args->input_strides[1][0] + (o2 + l143) * args->input_strides[1][1] + (o132 + l144) * args->input_strides[1][2] + (o137 + l145) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 1; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            for (long long l130 = 0; l130 < 32; l130++) {
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l146 = 0; l146 < 1; l146++) {
-                                    for (long long l147 = 0; l147 < 1; l147++) {
-                                        for (long long l148 = 0; l148 < 64; l148++) {
-                                            for (long long l149 = 0; l149 < 64; l149++) {
-                                                float a151 = 0.0f;
-                                                for (long long r150 = 0; r150 < 32; r150++) a151 += (arena + 49476)[l146 * 2048 + l147 * 2048 + l148 * 32 + r150 * 1] * (arena + 51524)[l146 * 2048 + l147 * 2048 + l149 * 32 + r150 * 1];
-                                                (arena + 53572)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] = a151;
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 1; l132++) {
+                                        for (long long l133 = 0; l133 < 64; l133++) {
+                                            for (long long l134 = 0; l134 < 64; l134++) {
+                                                float a136 = 0.0f;
+                                                for (long long r135 = 0; r135 < 32; r135++) a136 += (arena + 49476)[l131 * 2048 + l132 * 2048 + l133 * 32 + r135 * 1] * (arena + 51524)[l131 * 2048 + l132 * 2048 + l134 * 32 + r135 * 1];
+                                                (arena + 53572)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = a136;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l152 = 0; l152 < 1; l152++) {
-                                    for (long long l153 = 0; l153 < 1; l153++) {
-                                        for (long long l154 = 0; l154 < 64; l154++) {
-                                            for (long long l155 = 0; l155 < 64; l155++) {
-                                                (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] = (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] + (arena + 53572)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155];
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 1; l138++) {
+                                        for (long long l139 = 0; l139 < 64; l139++) {
+                                            for (long long l140 = 0; l140 < 64; l140++) {
+                                                (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] + (arena + 53572)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l156 = 0; l156 < 1; l156++) {
-                                for (long long l157 = 0; l157 < 1; l157++) {
-                                    for (long long l158 = 0; l158 < 64; l158++) {
-                                        for (long long l159 = 0; l159 < 64; l159++) {
-                                            (arena + 57668)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159] = (arena + 127686)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159];
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 64; l143++) {
+                                        for (long long l144 = 0; l144 < 64; l144++) {
+                                            (arena + 57668)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144] = (arena + 127686)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144];
                                         }
                                     }
                                 }
                             }
                             (arena + 61764)[0] = (float)s5;
                             (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
-                            for (long long l160 = 0; l160 < 1; l160++) {
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 64; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            (arena + 61766)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] = ((arena + 57668)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] * (arena + 61765)[0]);
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 1; l146++) {
+                                    for (long long l147 = 0; l147 < 64; l147++) {
+                                        for (long long l148 = 0; l148 < 64; l148++) {
+                                            (arena + 61766)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] = ((arena + 57668)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] * (arena + 61765)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l164 = 0; l164 < 1; l164++) {
-                                for (long long l165 = 0; l165 < 1; l165++) {
-                                    for (long long l166 = 0; l166 < 64; l166++) {
-                                        (arena + 65862)[l164 * 64 + l165 * 64 + l166] = (arena + 115206)[l164 * 64 + l165 * 64 + l166];
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 1; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        for (long long l152 = 0; l152 < 64; l152++) {
+                                            (arena + 65926)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] = ((arena + 61766)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] - (arena + 20546)[l149 * 64 + l150 * 64 + l151]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l167 = 0; l167 < 1; l167++) {
-                                for (long long l168 = 0; l168 < 1; l168++) {
-                                    for (long long l169 = 0; l169 < 64; l169++) {
-                                        for (long long l170 = 0; l170 < 64; l170++) {
-                                            (arena + 65926)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] = ((arena + 61766)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] - (arena + 65862)[l167 * 64 + l168 * 64 + l169]);
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 1; l154++) {
+                                    for (long long l155 = 0; l155 < 64; l155++) {
+                                        for (long long l156 = 0; l156 < 64; l156++) {
+                                            (arena + 70022)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = expf((arena + 65926)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 1; l158++) {
+                                    for (long long l159 = 0; l159 < 64; l159++) {
+                                        for (long long l160 = 0; l160 < 64; l160++) {
+                                            (arena + 74118)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (o117 + l160 < s3) ? (arena + 70022)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 128; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 128; l168++) {
+                                            float a170 = 0.0f;
+                                            for (long long r169 = 0; r169 < 64; r169++) a170 += (arena + 74118)[l165 * 4096 + l166 * 4096 + l167 * 64 + r169 * 1] * (arena + 78214)[l165 * 8192 + l166 * 8192 + l168 * 64 + r169 * 1];
+                                            (arena + 86406)[l165 * 8192 + l166 * 8192 + l167 * 128 + l168] = a170;
                                         }
                                     }
                                 }
@@ -508,81 +506,36 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l171 = 0; l171 < 1; l171++) {
                                 for (long long l172 = 0; l172 < 1; l172++) {
                                     for (long long l173 = 0; l173 < 64; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            (arena + 70022)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174] = expf((arena + 65926)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l175 = 0; l175 < 1; l175++) {
-                                for (long long l176 = 0; l176 < 1; l176++) {
-                                    for (long long l177 = 0; l177 < 64; l177++) {
-                                        for (long long l178 = 0; l178 < 64; l178++) {
-                                            (arena + 74118)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = (o132 + l178 < s3) ? (arena + 70022)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l179 = 0; l179 < 1; l179++) {
-                                for (long long l180 = 0; l180 < 1; l180++) {
-                                    for (long long l181 = 0; l181 < 128; l181++) {
-                                        for (long long l182 = 0; l182 < 64; l182++) {
-                                            (arena + 78214)[l179 * 8192 + l180 * 8192 + l181 * 64 + l182] = (o1 + l179 < s0 && o2 + l180 < s1 && o132 + l182 < s3 && o127 + l181 < s4) ? dt_load_f16(in2[(o1 + l179) * args->input_strides[2][0] + (o2 + l180) * args->input_strides[2][1] + (o132 + l182) * args->input_strides[2][2] + (o127 + l181) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l183 = 0; l183 < 1; l183++) {
-                                for (long long l184 = 0; l184 < 1; l184++) {
-                                    for (long long l185 = 0; l185 < 64; l185++) {
-                                        for (long long l186 = 0; l186 < 128; l186++) {
-                                            float a188 = 0.0f;
-                                            for (long long r187 = 0; r187 < 64; r187++) a188 += (arena + 74118)[l183 * 4096 + l184 * 4096 + l185 * 64 + r187 * 1] * (arena + 78214)[l183 * 8192 + l184 * 8192 + l186 * 64 + r187 * 1];
-                                            (arena + 86406)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186] = a188;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] + (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192];
+                                        for (long long l174 = 0; l174 < 128; l174++) {
+                                            (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] = (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] + (arena + 86406)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l193 = 0; l193 < 1; l193++) {
-                            for (long long l194 = 0; l194 < 1; l194++) {
-                                for (long long l195 = 0; l195 < 64; l195++) {
-                                    for (long long l196 = 0; l196 < 128; l196++) {
-                                        (arena + 94598)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196] = (arena + 119494)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196];
+                        for (long long l175 = 0; l175 < 1; l175++) {
+                            for (long long l176 = 0; l176 < 1; l176++) {
+                                for (long long l177 = 0; l177 < 64; l177++) {
+                                    for (long long l178 = 0; l178 < 128; l178++) {
+                                        (arena + 94598)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178] = (arena + 119494)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178];
                                     }
                                 }
                             }
                         }
-                        for (long long l197 = 0; l197 < 1; l197++) {
-                            for (long long l198 = 0; l198 < 1; l198++) {
-                                for (long long l199 = 0; l199 < 64; l199++) {
-                                    (arena + 102790)[l197 * 64 + l198 * 64 + l199] = (arena + 119430)[l197 * 64 + l198 * 64 + l199];
-                                }
-                            }
-                        }
-                        for (long long l200 = 0; l200 < 1; l200++) {
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 64; l202++) {
-                                    for (long long l203 = 0; l203 < 128; l203++) {
-                                        (arena + 102854)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] = ((arena + 94598)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] / (arena + 102790)[l200 * 64 + l201 * 64 + l202]);
+                        for (long long l179 = 0; l179 < 1; l179++) {
+                            for (long long l180 = 0; l180 < 1; l180++) {
+                                for (long long l181 = 0; l181 < 64; l181++) {
+                                    for (long long l182 = 0; l182 < 128; l182++) {
+                                        (arena + 102854)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] = ((arena + 94598)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] / (arena + 49412)[l179 * 64 + l180 * 64 + l181]);
                                     }
                                 }
                             }
                         }
-                        for (long long l204 = 0; l204 < 1; l204++) {
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 64; l206++) {
-                                    for (long long l207 = 0; l207 < 128; l207++) {
-                                        if (o1 + l204 < s0 && o2 + l205 < s1 && o3 + l206 < s2 && o127 + l207 < s4) out[(o1 + l204) * args->output_strides[0] + (o2 + l205) * args->output_strides[1] + (o3 + l206) * args->output_strides[2] + (o127 + l207) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l204 * 8192 + l205 * 8192 + l206 * 128 + l207]);
+                        for (long long l183 = 0; l183 < 1; l183++) {
+                            for (long long l184 = 0; l184 < 1; l184++) {
+                                for (long long l185 = 0; l185 < 64; l185++) {
+                                    for (long long l186 = 0; l186 < 128; l186++) {
+                                        if (o1 + l183 < s0 && o2 + l184 < s1 && o3 + l185 < s2 && o112 + l186 < s4) out[(o1 + l183) * args->output_strides[0] + (o2 + l184) * args->output_strides[1] + (o3 + l185) * args->output_strides[2] + (o112 + l186) * args->output_strides[3]] = dt_store_f16((arena + 102854)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186]);
                                     }
                                 }
                             }
@@ -611,12 +564,16 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -745,57 +702,53 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             }
                         }
                     }
-                    /* m.fuse_at(attention, i) */
+                    /* rsum identity */
                     for (long long l54 = 0; l54 < 1; l54++) {
                         for (long long l55 = 0; l55 < 1; l55++) {
                             for (long long l56 = 0; l56 < 64; l56++) {
-                                (arena + 115206)[l54 * 64 + l55 * 64 + l56] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l57 = 0; l57 < 1; l57++) {
-                        for (long long l58 = 0; l58 < 1; l58++) {
-                            for (long long l59 = 0; l59 < 64; l59++) {
-                                (arena + 115206)[l57 * 64 + l58 * 64 + l59] = (arena + 20546)[l57 * 64 + l58 * 64 + l59];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 115270)[l60 * 64 + l61 * 64 + l62] = 0e0f;
+                                (arena + 115270)[l54 * 64 + l55 * 64 + l56] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention.tensorize(j:64) */
-                    for (long long o63 = 0; o63 < s3; o63 += 64) {
+                    for (long long o57 = 0; o57 < s3; o57 += 64) {
                         /* rdot accumulator */
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 1; l65++) {
-                                for (long long l66 = 0; l66 < 64; l66++) {
-                                    for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 115334)[l64 * 4096 + l65 * 4096 + l66 * 64 + l67] = 0e0f;
+                        for (long long l58 = 0; l58 < 1; l58++) {
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 115334)[l58 * 4096 + l59 * 4096 + l60 * 64 + l61] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o68 = 0; o68 < s5; o68 += 32) {
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        for (long long l72 = 0; l72 < 32; l72++) {
-                                            (arena + 20610)[l69 * 2048 + l70 * 2048 + l71 * 32 + l72] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[(o1 + l69) * args->input_strides[0][0] + (o2 + l70) * args->input_strides[0][1] + (o3 + l71) * args->input_strides[0][2] + (o68 + l72) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o62 = 0; o62 < s5; o62 += 32) {
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        for (long long l66 = 0; l66 < 32; l66++) {
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_bf16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        for (long long l76 = 0; l76 < 32; l76++) {
-                                            (arena + 22658)[l73 * 2048 + l74 * 2048 + l75 * 32 + l76] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[(o1 + l73) * args->input_strides[1][0] + (o2 + l74) * args->input_strides[1][1] + (o63 + l75) * args->input_strides[1][2] + (o68 + l76) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        for (long long l70 = 0; l70 < 32; l70++) {
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_bf16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        for (long long l74 = 0; l74 < 64; l74++) {
+                                            float a76 = 0.0f;
+                                            for (long long r75 = 0; r75 < 32; r75++) a76 += (arena + 20610)[l71 * 2048 + l72 * 2048 + l73 * 32 + r75 * 1] * (arena + 22658)[l71 * 2048 + l72 * 2048 + l74 * 32 + r75 * 1];
+                                            (arena + 24706)[l71 * 4096 + l72 * 4096 + l73 * 64 + l74] = a76;
                                         }
                                     }
                                 }
@@ -804,213 +757,211 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
                                         for (long long l80 = 0; l80 < 64; l80++) {
-                                            float a82 = 0.0f;
-                                            for (long long r81 = 0; r81 < 32; r81++) a82 += (arena + 20610)[l77 * 2048 + l78 * 2048 + l79 * 32 + r81 * 1] * (arena + 22658)[l77 * 2048 + l78 * 2048 + l80 * 32 + r81 * 1];
-                                            (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = a82;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l83 = 0; l83 < 1; l83++) {
-                                for (long long l84 = 0; l84 < 1; l84++) {
-                                    for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 64; l86++) {
-                                            (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] + (arena + 24706)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86];
+                                            (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] + (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l87 = 0; l87 < 1; l87++) {
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 64; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 28802)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = (arena + 115334)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90];
+                        for (long long l81 = 0; l81 < 1; l81++) {
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 64; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 28802)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84] = (arena + 115334)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84];
                                     }
                                 }
                             }
                         }
                         (arena + 32898)[0] = (float)s5;
                         (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-                        for (long long l91 = 0; l91 < 1; l91++) {
-                            for (long long l92 = 0; l92 < 1; l92++) {
-                                for (long long l93 = 0; l93 < 64; l93++) {
-                                    for (long long l94 = 0; l94 < 64; l94++) {
-                                        (arena + 32900)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] = ((arena + 28802)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] * (arena + 32899)[0]);
+                        for (long long l85 = 0; l85 < 1; l85++) {
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 64; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 32900)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 28802)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] * (arena + 32899)[0]);
                                     }
                                 }
                             }
                         }
-                        for (long long l95 = 0; l95 < 1; l95++) {
-                            for (long long l96 = 0; l96 < 1; l96++) {
-                                for (long long l97 = 0; l97 < 64; l97++) {
-                                    (arena + 36996)[l95 * 64 + l96 * 64 + l97] = (arena + 115206)[l95 * 64 + l96 * 64 + l97];
-                                }
-                            }
-                        }
-                        for (long long l98 = 0; l98 < 1; l98++) {
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 64; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        (arena + 37060)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = ((arena + 32900)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] - (arena + 36996)[l98 * 64 + l99 * 64 + l100]);
+                        for (long long l89 = 0; l89 < 1; l89++) {
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 64; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        (arena + 37060)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 32900)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 20546)[l89 * 64 + l90 * 64 + l91]);
                                     }
                                 }
                             }
                         }
-                        for (long long l102 = 0; l102 < 1; l102++) {
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 64; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 41156)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = expf((arena + 37060)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105]);
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41156)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 37060)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45252)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o57 + l100 < s3) ? (arena + 41156)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    float a105 = 0e0f;
+                                    for (long long r104 = 0; r104 < 64; r104++) a105 = a105 + (arena + 45252)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                    (arena + 49348)[l101 * 64 + l102 * 64 + l103] = a105;
                                 }
                             }
                         }
                         for (long long l106 = 0; l106 < 1; l106++) {
                             for (long long l107 = 0; l107 < 1; l107++) {
                                 for (long long l108 = 0; l108 < 64; l108++) {
-                                    for (long long l109 = 0; l109 < 64; l109++) {
-                                        (arena + 45252)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] = (o63 + l109 < s3) ? (arena + 41156)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] : 0e0f;
-                                    }
+                                    (arena + 115270)[l106 * 64 + l107 * 64 + l108] = (arena + 115270)[l106 * 64 + l107 * 64 + l108] + (arena + 49348)[l106 * 64 + l107 * 64 + l108];
                                 }
                             }
                         }
+                    }
+                    for (long long l109 = 0; l109 < 1; l109++) {
                         for (long long l110 = 0; l110 < 1; l110++) {
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 64; l112++) {
-                                    float a114 = 0e0f;
-                                    for (long long r113 = 0; r113 < 64; r113++) a114 = a114 + (arena + 45252)[l110 * 4096 + l111 * 4096 + l112 * 64 + r113 * 1];
-                                    (arena + 49348)[l110 * 64 + l111 * 64 + l112] = a114;
-                                }
-                            }
-                        }
-                        for (long long l115 = 0; l115 < 1; l115++) {
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 64; l117++) {
-                                    (arena + 115270)[l115 * 64 + l116 * 64 + l117] = (arena + 115270)[l115 * 64 + l116 * 64 + l117] + (arena + 49348)[l115 * 64 + l116 * 64 + l117];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l118 = 0; l118 < 1; l118++) {
-                        for (long long l119 = 0; l119 < 1; l119++) {
-                            for (long long l120 = 0; l120 < 64; l120++) {
-                                (arena + 49412)[l118 * 64 + l119 * 64 + l120] = (arena + 115270)[l118 * 64 + l119 * 64 + l120];
-                            }
-                        }
-                    }
-                    /* l.fuse_at(attention, i) */
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                (arena + 119430)[l121 * 64 + l122 * 64 + l123] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l124 = 0; l124 < 1; l124++) {
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 64; l126++) {
-                                (arena + 119430)[l124 * 64 + l125 * 64 + l126] = (arena + 49412)[l124 * 64 + l125 * 64 + l126];
+                            for (long long l111 = 0; l111 < 64; l111++) {
+                                (arena + 49412)[l109 * 64 + l110 * 64 + l111] = (arena + 115270)[l109 * 64 + l110 * 64 + l111];
                             }
                         }
                     }
                     /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                    for (long long o112 = b4 * 128; o112 < dt_min_ll(b4 * 128 + 128, s4); o112 += 128) {
                         /* rdot accumulator */
-                        for (long long l128 = 0; l128 < 1; l128++) {
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 64; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        (arena + 119494)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = 0e0f;
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 119494)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(j:64) */
-                        for (long long o132 = 0; o132 < s3; o132 += 64) {
+                        for (long long o117 = 0; o117 < s3; o117 += 64) {
                             /* rdot accumulator */
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 1; l134++) {
-                                    for (long long l135 = 0; l135 < 64; l135++) {
-                                        for (long long l136 = 0; l136 < 64; l136++) {
-                                            (arena + 127686)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = 0e0f;
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 127686)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention.tensorize(d:32) */
-                            for (long long o137 = 0; o137 < s5; o137 += 32) {
-                                for (long long l138 = 0; l138 < 1; l138++) {
-                                    for (long long l139 = 0; l139 < 1; l139++) {
-                                        for (long long l140 = 0; l140 < 64; l140++) {
-                                            for (long long l141 = 0; l141 < 32; l141++) {
-                                                (arena + 49476)[l138 * 2048 + l139 * 2048 + l140 * 32 + l141] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[(o1 + l138) * args->input_strides[0][0] + (o2 + l139) * args->input_strides[0][1] + (o3 + l140) * args->input_strides[0][2] + (o137 + l141) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o122 = 0; o122 < s5; o122 += 32) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 1; l124++) {
+                                        for (long long l125 = 0; l125 < 64; l125++) {
+                                            for (long long l126 = 0; l126 < 32; l126++) {
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_bf16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l142 = 0; l142 < 1; l142++) {
-                                    for (long long l143 = 0; l143 < 1; l143++) {
-                                        for (long long l144 = 0; l144 < 64; l144++) {
-                                            for (long long l145 = 0; l145 < 32; l145++) {
-                                                (arena + 51524)[l142 * 2048 + l143 * 2048 + l144 * 32 + l145] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[(o1 + l142) * args->input_strides[1][0] + (o2 + l143) * args->input_strides[1][1] + (o132 + l144) * args->input_strides[1][2] + (o137 + l145) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 1; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            for (long long l130 = 0; l130 < 32; l130++) {
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_bf16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l146 = 0; l146 < 1; l146++) {
-                                    for (long long l147 = 0; l147 < 1; l147++) {
-                                        for (long long l148 = 0; l148 < 64; l148++) {
-                                            for (long long l149 = 0; l149 < 64; l149++) {
-                                                float a151 = 0.0f;
-                                                for (long long r150 = 0; r150 < 32; r150++) a151 += (arena + 49476)[l146 * 2048 + l147 * 2048 + l148 * 32 + r150 * 1] * (arena + 51524)[l146 * 2048 + l147 * 2048 + l149 * 32 + r150 * 1];
-                                                (arena + 53572)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] = a151;
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 1; l132++) {
+                                        for (long long l133 = 0; l133 < 64; l133++) {
+                                            for (long long l134 = 0; l134 < 64; l134++) {
+                                                float a136 = 0.0f;
+                                                for (long long r135 = 0; r135 < 32; r135++) a136 += (arena + 49476)[l131 * 2048 + l132 * 2048 + l133 * 32 + r135 * 1] * (arena + 51524)[l131 * 2048 + l132 * 2048 + l134 * 32 + r135 * 1];
+                                                (arena + 53572)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = a136;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l152 = 0; l152 < 1; l152++) {
-                                    for (long long l153 = 0; l153 < 1; l153++) {
-                                        for (long long l154 = 0; l154 < 64; l154++) {
-                                            for (long long l155 = 0; l155 < 64; l155++) {
-                                                (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] = (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] + (arena + 53572)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155];
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 1; l138++) {
+                                        for (long long l139 = 0; l139 < 64; l139++) {
+                                            for (long long l140 = 0; l140 < 64; l140++) {
+                                                (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] + (arena + 53572)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l156 = 0; l156 < 1; l156++) {
-                                for (long long l157 = 0; l157 < 1; l157++) {
-                                    for (long long l158 = 0; l158 < 64; l158++) {
-                                        for (long long l159 = 0; l159 < 64; l159++) {
-                                            (arena + 57668)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159] = (arena + 127686)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159];
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 64; l143++) {
+                                        for (long long l144 = 0; l144 < 64; l144++) {
+                                            (arena + 57668)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144] = (arena + 127686)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144];
                                         }
                                     }
                                 }
                             }
                             (arena + 61764)[0] = (float)s5;
                             (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
-                            for (long long l160 = 0; l160 < 1; l160++) {
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 64; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            (arena + 61766)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] = ((arena + 57668)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] * (arena + 61765)[0]);
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 1; l146++) {
+                                    for (long long l147 = 0; l147 < 64; l147++) {
+                                        for (long long l148 = 0; l148 < 64; l148++) {
+                                            (arena + 61766)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] = ((arena + 57668)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] * (arena + 61765)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l164 = 0; l164 < 1; l164++) {
-                                for (long long l165 = 0; l165 < 1; l165++) {
-                                    for (long long l166 = 0; l166 < 64; l166++) {
-                                        (arena + 65862)[l164 * 64 + l165 * 64 + l166] = (arena + 115206)[l164 * 64 + l165 * 64 + l166];
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 1; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        for (long long l152 = 0; l152 < 64; l152++) {
+                                            (arena + 65926)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] = ((arena + 61766)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] - (arena + 20546)[l149 * 64 + l150 * 64 + l151]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l167 = 0; l167 < 1; l167++) {
-                                for (long long l168 = 0; l168 < 1; l168++) {
-                                    for (long long l169 = 0; l169 < 64; l169++) {
-                                        for (long long l170 = 0; l170 < 64; l170++) {
-                                            (arena + 65926)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] = ((arena + 61766)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] - (arena + 65862)[l167 * 64 + l168 * 64 + l169]);
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 1; l154++) {
+                                    for (long long l155 = 0; l155 < 64; l155++) {
+                                        for (long long l156 = 0; l156 < 64; l156++) {
+                                            (arena + 70022)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = expf((arena + 65926)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 1; l158++) {
+                                    for (long long l159 = 0; l159 < 64; l159++) {
+                                        for (long long l160 = 0; l160 < 64; l160++) {
+                                            (arena + 74118)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (o117 + l160 < s3) ? (arena + 70022)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 128; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_bf16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 128; l168++) {
+                                            float a170 = 0.0f;
+                                            for (long long r169 = 0; r169 < 64; r169++) a170 += (arena + 74118)[l165 * 4096 + l166 * 4096 + l167 * 64 + r169 * 1] * (arena + 78214)[l165 * 8192 + l166 * 8192 + l168 * 64 + r169 * 1];
+                                            (arena + 86406)[l165 * 8192 + l166 * 8192 + l167 * 128 + l168] = a170;
                                         }
                                     }
                                 }
@@ -1018,81 +969,36 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l171 = 0; l171 < 1; l171++) {
                                 for (long long l172 = 0; l172 < 1; l172++) {
                                     for (long long l173 = 0; l173 < 64; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            (arena + 70022)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174] = expf((arena + 65926)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l175 = 0; l175 < 1; l175++) {
-                                for (long long l176 = 0; l176 < 1; l176++) {
-                                    for (long long l177 = 0; l177 < 64; l177++) {
-                                        for (long long l178 = 0; l178 < 64; l178++) {
-                                            (arena + 74118)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = (o132 + l178 < s3) ? (arena + 70022)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l179 = 0; l179 < 1; l179++) {
-                                for (long long l180 = 0; l180 < 1; l180++) {
-                                    for (long long l181 = 0; l181 < 128; l181++) {
-                                        for (long long l182 = 0; l182 < 64; l182++) {
-                                            (arena + 78214)[l179 * 8192 + l180 * 8192 + l181 * 64 + l182] = (o1 + l179 < s0 && o2 + l180 < s1 && o132 + l182 < s3 && o127 + l181 < s4) ? dt_load_bf16(in2[(o1 + l179) * args->input_strides[2][0] + (o2 + l180) * args->input_strides[2][1] + (o132 + l182) * args->input_strides[2][2] + (o127 + l181) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l183 = 0; l183 < 1; l183++) {
-                                for (long long l184 = 0; l184 < 1; l184++) {
-                                    for (long long l185 = 0; l185 < 64; l185++) {
-                                        for (long long l186 = 0; l186 < 128; l186++) {
-                                            float a188 = 0.0f;
-                                            for (long long r187 = 0; r187 < 64; r187++) a188 += (arena + 74118)[l183 * 4096 + l184 * 4096 + l185 * 64 + r187 * 1] * (arena + 78214)[l183 * 8192 + l184 * 8192 + l186 * 64 + r187 * 1];
-                                            (arena + 86406)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186] = a188;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] + (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192];
+                                        for (long long l174 = 0; l174 < 128; l174++) {
+                                            (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] = (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] + (arena + 86406)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l193 = 0; l193 < 1; l193++) {
-                            for (long long l194 = 0; l194 < 1; l194++) {
-                                for (long long l195 = 0; l195 < 64; l195++) {
-                                    for (long long l196 = 0; l196 < 128; l196++) {
-                                        (arena + 94598)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196] = (arena + 119494)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196];
+                        for (long long l175 = 0; l175 < 1; l175++) {
+                            for (long long l176 = 0; l176 < 1; l176++) {
+                                for (long long l177 = 0; l177 < 64; l177++) {
+                                    for (long long l178 = 0; l178 < 128; l178++) {
+                                        (arena + 94598)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178] = (arena + 119494)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178];
                                     }
                                 }
                             }
                         }
-                        for (long long l197 = 0; l197 < 1; l197++) {
-                            for (long long l198 = 0; l198 < 1; l198++) {
-                                for (long long l199 = 0; l199 < 64; l199++) {
-                                    (arena + 102790)[l197 * 64 + l198 * 64 + l199] = (arena + 119430)[l197 * 64 + l198 * 64 + l199];
-                                }
-                            }
-                        }
-                        for (long long l200 = 0; l200 < 1; l200++) {
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 64; l202++) {
-                                    for (long long l203 = 0; l203 < 128; l203++) {
-                                        (arena + 102854)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] = ((arena + 94598)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] / (arena + 102790)[l200 * 64 + l201 * 64 + l202]);
+                        for (long long l179 = 0; l179 < 1; l179++) {
+                            for (long long l180 = 0; l180 < 1; l180++) {
+                                for (long long l181 = 0; l181 < 64; l181++) {
+                                    for (long long l182 = 0; l182 < 128; l182++) {
+                                        (arena + 102854)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] = ((arena + 94598)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] / (arena + 49412)[l179 * 64 + l180 * 64 + l181]);
                                     }
                                 }
                             }
                         }
-                        for (long long l204 = 0; l204 < 1; l204++) {
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 64; l206++) {
-                                    for (long long l207 = 0; l207 < 128; l207++) {
-                                        if (o1 + l204 < s0 && o2 + l205 < s1 && o3 + l206 < s2 && o127 + l207 < s4) out[(o1 + l204) * args->output_strides[0] + (o2 + l205) * args->output_strides[1] + (o3 + l206) * args->output_strides[2] + (o127 + l207) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l204 * 8192 + l205 * 8192 + l206 * 128 + l207]);
+                        for (long long l183 = 0; l183 < 1; l183++) {
+                            for (long long l184 = 0; l184 < 1; l184++) {
+                                for (long long l185 = 0; l185 < 64; l185++) {
+                                    for (long long l186 = 0; l186 < 128; l186++) {
+                                        if (o1 + l183 < s0 && o2 + l184 < s1 && o3 + l185 < s2 && o112 + l186 < s4) out[(o1 + l183) * args->output_strides[0] + (o2 + l184) * args->output_strides[1] + (o3 + l185) * args->output_strides[2] + (o112 + l186) * args->output_strides[3]] = dt_store_bf16((arena + 102854)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186]);
                                     }
                                 }
                             }
@@ -1121,12 +1027,16 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -1255,57 +1165,53 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             }
                         }
                     }
-                    /* m.fuse_at(attention, i) */
+                    /* rsum identity */
                     for (long long l54 = 0; l54 < 1; l54++) {
                         for (long long l55 = 0; l55 < 1; l55++) {
                             for (long long l56 = 0; l56 < 64; l56++) {
-                                (arena + 115206)[l54 * 64 + l55 * 64 + l56] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l57 = 0; l57 < 1; l57++) {
-                        for (long long l58 = 0; l58 < 1; l58++) {
-                            for (long long l59 = 0; l59 < 64; l59++) {
-                                (arena + 115206)[l57 * 64 + l58 * 64 + l59] = (arena + 20546)[l57 * 64 + l58 * 64 + l59];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l60 = 0; l60 < 1; l60++) {
-                        for (long long l61 = 0; l61 < 1; l61++) {
-                            for (long long l62 = 0; l62 < 64; l62++) {
-                                (arena + 115270)[l60 * 64 + l61 * 64 + l62] = 0e0f;
+                                (arena + 115270)[l54 * 64 + l55 * 64 + l56] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention.tensorize(j:64) */
-                    for (long long o63 = 0; o63 < s3; o63 += 64) {
+                    for (long long o57 = 0; o57 < s3; o57 += 64) {
                         /* rdot accumulator */
-                        for (long long l64 = 0; l64 < 1; l64++) {
-                            for (long long l65 = 0; l65 < 1; l65++) {
-                                for (long long l66 = 0; l66 < 64; l66++) {
-                                    for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 115334)[l64 * 4096 + l65 * 4096 + l66 * 64 + l67] = 0e0f;
+                        for (long long l58 = 0; l58 < 1; l58++) {
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l61 = 0; l61 < 64; l61++) {
+                                        (arena + 115334)[l58 * 4096 + l59 * 4096 + l60 * 64 + l61] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o68 = 0; o68 < s5; o68 += 32) {
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        for (long long l72 = 0; l72 < 32; l72++) {
-                                            (arena + 20610)[l69 * 2048 + l70 * 2048 + l71 * 32 + l72] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[(o1 + l69) * args->input_strides[0][0] + (o2 + l70) * args->input_strides[0][1] + (o3 + l71) * args->input_strides[0][2] + (o68 + l72) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o62 = 0; o62 < s5; o62 += 32) {
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        for (long long l66 = 0; l66 < 32; l66++) {
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f32(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        for (long long l76 = 0; l76 < 32; l76++) {
-                                            (arena + 22658)[l73 * 2048 + l74 * 2048 + l75 * 32 + l76] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[(o1 + l73) * args->input_strides[1][0] + (o2 + l74) * args->input_strides[1][1] + (o63 + l75) * args->input_strides[1][2] + (o68 + l76) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l67 = 0; l67 < 1; l67++) {
+                                for (long long l68 = 0; l68 < 1; l68++) {
+                                    for (long long l69 = 0; l69 < 64; l69++) {
+                                        for (long long l70 = 0; l70 < 32; l70++) {
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f32(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        for (long long l74 = 0; l74 < 64; l74++) {
+                                            float a76 = 0.0f;
+                                            for (long long r75 = 0; r75 < 32; r75++) a76 += (arena + 20610)[l71 * 2048 + l72 * 2048 + l73 * 32 + r75 * 1] * (arena + 22658)[l71 * 2048 + l72 * 2048 + l74 * 32 + r75 * 1];
+                                            (arena + 24706)[l71 * 4096 + l72 * 4096 + l73 * 64 + l74] = a76;
                                         }
                                     }
                                 }
@@ -1314,213 +1220,211 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
                                         for (long long l80 = 0; l80 < 64; l80++) {
-                                            float a82 = 0.0f;
-                                            for (long long r81 = 0; r81 < 32; r81++) a82 += (arena + 20610)[l77 * 2048 + l78 * 2048 + l79 * 32 + r81 * 1] * (arena + 22658)[l77 * 2048 + l78 * 2048 + l80 * 32 + r81 * 1];
-                                            (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = a82;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l83 = 0; l83 < 1; l83++) {
-                                for (long long l84 = 0; l84 < 1; l84++) {
-                                    for (long long l85 = 0; l85 < 64; l85++) {
-                                        for (long long l86 = 0; l86 < 64; l86++) {
-                                            (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = (arena + 115334)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] + (arena + 24706)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86];
+                                            (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] = (arena + 115334)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80] + (arena + 24706)[l77 * 4096 + l78 * 4096 + l79 * 64 + l80];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l87 = 0; l87 < 1; l87++) {
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 64; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 28802)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90] = (arena + 115334)[l87 * 4096 + l88 * 4096 + l89 * 64 + l90];
+                        for (long long l81 = 0; l81 < 1; l81++) {
+                            for (long long l82 = 0; l82 < 1; l82++) {
+                                for (long long l83 = 0; l83 < 64; l83++) {
+                                    for (long long l84 = 0; l84 < 64; l84++) {
+                                        (arena + 28802)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84] = (arena + 115334)[l81 * 4096 + l82 * 4096 + l83 * 64 + l84];
                                     }
                                 }
                             }
                         }
                         (arena + 32898)[0] = (float)s5;
                         (arena + 32899)[0] = dt_rsqrt((arena + 32898)[0]);
-                        for (long long l91 = 0; l91 < 1; l91++) {
-                            for (long long l92 = 0; l92 < 1; l92++) {
-                                for (long long l93 = 0; l93 < 64; l93++) {
-                                    for (long long l94 = 0; l94 < 64; l94++) {
-                                        (arena + 32900)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] = ((arena + 28802)[l91 * 4096 + l92 * 4096 + l93 * 64 + l94] * (arena + 32899)[0]);
+                        for (long long l85 = 0; l85 < 1; l85++) {
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 64; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 32900)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 28802)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] * (arena + 32899)[0]);
                                     }
                                 }
                             }
                         }
-                        for (long long l95 = 0; l95 < 1; l95++) {
-                            for (long long l96 = 0; l96 < 1; l96++) {
-                                for (long long l97 = 0; l97 < 64; l97++) {
-                                    (arena + 36996)[l95 * 64 + l96 * 64 + l97] = (arena + 115206)[l95 * 64 + l96 * 64 + l97];
-                                }
-                            }
-                        }
-                        for (long long l98 = 0; l98 < 1; l98++) {
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 64; l100++) {
-                                    for (long long l101 = 0; l101 < 64; l101++) {
-                                        (arena + 37060)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = ((arena + 32900)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] - (arena + 36996)[l98 * 64 + l99 * 64 + l100]);
+                        for (long long l89 = 0; l89 < 1; l89++) {
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 64; l91++) {
+                                    for (long long l92 = 0; l92 < 64; l92++) {
+                                        (arena + 37060)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 32900)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 20546)[l89 * 64 + l90 * 64 + l91]);
                                     }
                                 }
                             }
                         }
-                        for (long long l102 = 0; l102 < 1; l102++) {
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 64; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 41156)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = expf((arena + 37060)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105]);
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41156)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 37060)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45252)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o57 + l100 < s3) ? (arena + 41156)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    float a105 = 0e0f;
+                                    for (long long r104 = 0; r104 < 64; r104++) a105 = a105 + (arena + 45252)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                    (arena + 49348)[l101 * 64 + l102 * 64 + l103] = a105;
                                 }
                             }
                         }
                         for (long long l106 = 0; l106 < 1; l106++) {
                             for (long long l107 = 0; l107 < 1; l107++) {
                                 for (long long l108 = 0; l108 < 64; l108++) {
-                                    for (long long l109 = 0; l109 < 64; l109++) {
-                                        (arena + 45252)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] = (o63 + l109 < s3) ? (arena + 41156)[l106 * 4096 + l107 * 4096 + l108 * 64 + l109] : 0e0f;
-                                    }
+                                    (arena + 115270)[l106 * 64 + l107 * 64 + l108] = (arena + 115270)[l106 * 64 + l107 * 64 + l108] + (arena + 49348)[l106 * 64 + l107 * 64 + l108];
                                 }
                             }
                         }
+                    }
+                    for (long long l109 = 0; l109 < 1; l109++) {
                         for (long long l110 = 0; l110 < 1; l110++) {
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 64; l112++) {
-                                    float a114 = 0e0f;
-                                    for (long long r113 = 0; r113 < 64; r113++) a114 = a114 + (arena + 45252)[l110 * 4096 + l111 * 4096 + l112 * 64 + r113 * 1];
-                                    (arena + 49348)[l110 * 64 + l111 * 64 + l112] = a114;
-                                }
-                            }
-                        }
-                        for (long long l115 = 0; l115 < 1; l115++) {
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 64; l117++) {
-                                    (arena + 115270)[l115 * 64 + l116 * 64 + l117] = (arena + 115270)[l115 * 64 + l116 * 64 + l117] + (arena + 49348)[l115 * 64 + l116 * 64 + l117];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l118 = 0; l118 < 1; l118++) {
-                        for (long long l119 = 0; l119 < 1; l119++) {
-                            for (long long l120 = 0; l120 < 64; l120++) {
-                                (arena + 49412)[l118 * 64 + l119 * 64 + l120] = (arena + 115270)[l118 * 64 + l119 * 64 + l120];
-                            }
-                        }
-                    }
-                    /* l.fuse_at(attention, i) */
-                    for (long long l121 = 0; l121 < 1; l121++) {
-                        for (long long l122 = 0; l122 < 1; l122++) {
-                            for (long long l123 = 0; l123 < 64; l123++) {
-                                (arena + 119430)[l121 * 64 + l122 * 64 + l123] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l124 = 0; l124 < 1; l124++) {
-                        for (long long l125 = 0; l125 < 1; l125++) {
-                            for (long long l126 = 0; l126 < 64; l126++) {
-                                (arena + 119430)[l124 * 64 + l125 * 64 + l126] = (arena + 49412)[l124 * 64 + l125 * 64 + l126];
+                            for (long long l111 = 0; l111 < 64; l111++) {
+                                (arena + 49412)[l109 * 64 + l110 * 64 + l111] = (arena + 115270)[l109 * 64 + l110 * 64 + l111];
                             }
                         }
                     }
                     /* block(e:128) attention.tensorize(e:0) */
-                    for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                    for (long long o112 = b4 * 128; o112 < dt_min_ll(b4 * 128 + 128, s4); o112 += 128) {
                         /* rdot accumulator */
-                        for (long long l128 = 0; l128 < 1; l128++) {
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 64; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        (arena + 119494)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = 0e0f;
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 119494)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention.tensorize(j:64) */
-                        for (long long o132 = 0; o132 < s3; o132 += 64) {
+                        for (long long o117 = 0; o117 < s3; o117 += 64) {
                             /* rdot accumulator */
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 1; l134++) {
-                                    for (long long l135 = 0; l135 < 64; l135++) {
-                                        for (long long l136 = 0; l136 < 64; l136++) {
-                                            (arena + 127686)[l133 * 4096 + l134 * 4096 + l135 * 64 + l136] = 0e0f;
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 1; l119++) {
+                                    for (long long l120 = 0; l120 < 64; l120++) {
+                                        for (long long l121 = 0; l121 < 64; l121++) {
+                                            (arena + 127686)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention.tensorize(d:32) */
-                            for (long long o137 = 0; o137 < s5; o137 += 32) {
-                                for (long long l138 = 0; l138 < 1; l138++) {
-                                    for (long long l139 = 0; l139 < 1; l139++) {
-                                        for (long long l140 = 0; l140 < 64; l140++) {
-                                            for (long long l141 = 0; l141 < 32; l141++) {
-                                                (arena + 49476)[l138 * 2048 + l139 * 2048 + l140 * 32 + l141] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[(o1 + l138) * args->input_strides[0][0] + (o2 + l139) * args->input_strides[0][1] + (o3 + l140) * args->input_strides[0][2] + (o137 + l141) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o122 = 0; o122 < s5; o122 += 32) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 1; l124++) {
+                                        for (long long l125 = 0; l125 < 64; l125++) {
+                                            for (long long l126 = 0; l126 < 32; l126++) {
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f32(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l142 = 0; l142 < 1; l142++) {
-                                    for (long long l143 = 0; l143 < 1; l143++) {
-                                        for (long long l144 = 0; l144 < 64; l144++) {
-                                            for (long long l145 = 0; l145 < 32; l145++) {
-                                                (arena + 51524)[l142 * 2048 + l143 * 2048 + l144 * 32 + l145] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[(o1 + l142) * args->input_strides[1][0] + (o2 + l143) * args->input_strides[1][1] + (o132 + l144) * args->input_strides[1][2] + (o137 + l145) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l127 = 0; l127 < 1; l127++) {
+                                    for (long long l128 = 0; l128 < 1; l128++) {
+                                        for (long long l129 = 0; l129 < 64; l129++) {
+                                            for (long long l130 = 0; l130 < 32; l130++) {
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f32(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l146 = 0; l146 < 1; l146++) {
-                                    for (long long l147 = 0; l147 < 1; l147++) {
-                                        for (long long l148 = 0; l148 < 64; l148++) {
-                                            for (long long l149 = 0; l149 < 64; l149++) {
-                                                float a151 = 0.0f;
-                                                for (long long r150 = 0; r150 < 32; r150++) a151 += (arena + 49476)[l146 * 2048 + l147 * 2048 + l148 * 32 + r150 * 1] * (arena + 51524)[l146 * 2048 + l147 * 2048 + l149 * 32 + r150 * 1];
-                                                (arena + 53572)[l146 * 4096 + l147 * 4096 + l148 * 64 + l149] = a151;
+                                for (long long l131 = 0; l131 < 1; l131++) {
+                                    for (long long l132 = 0; l132 < 1; l132++) {
+                                        for (long long l133 = 0; l133 < 64; l133++) {
+                                            for (long long l134 = 0; l134 < 64; l134++) {
+                                                float a136 = 0.0f;
+                                                for (long long r135 = 0; r135 < 32; r135++) a136 += (arena + 49476)[l131 * 2048 + l132 * 2048 + l133 * 32 + r135 * 1] * (arena + 51524)[l131 * 2048 + l132 * 2048 + l134 * 32 + r135 * 1];
+                                                (arena + 53572)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = a136;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l152 = 0; l152 < 1; l152++) {
-                                    for (long long l153 = 0; l153 < 1; l153++) {
-                                        for (long long l154 = 0; l154 < 64; l154++) {
-                                            for (long long l155 = 0; l155 < 64; l155++) {
-                                                (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] = (arena + 127686)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155] + (arena + 53572)[l152 * 4096 + l153 * 4096 + l154 * 64 + l155];
+                                for (long long l137 = 0; l137 < 1; l137++) {
+                                    for (long long l138 = 0; l138 < 1; l138++) {
+                                        for (long long l139 = 0; l139 < 64; l139++) {
+                                            for (long long l140 = 0; l140 < 64; l140++) {
+                                                (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (arena + 127686)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] + (arena + 53572)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l156 = 0; l156 < 1; l156++) {
-                                for (long long l157 = 0; l157 < 1; l157++) {
-                                    for (long long l158 = 0; l158 < 64; l158++) {
-                                        for (long long l159 = 0; l159 < 64; l159++) {
-                                            (arena + 57668)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159] = (arena + 127686)[l156 * 4096 + l157 * 4096 + l158 * 64 + l159];
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 64; l143++) {
+                                        for (long long l144 = 0; l144 < 64; l144++) {
+                                            (arena + 57668)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144] = (arena + 127686)[l141 * 4096 + l142 * 4096 + l143 * 64 + l144];
                                         }
                                     }
                                 }
                             }
                             (arena + 61764)[0] = (float)s5;
                             (arena + 61765)[0] = dt_rsqrt((arena + 61764)[0]);
-                            for (long long l160 = 0; l160 < 1; l160++) {
-                                for (long long l161 = 0; l161 < 1; l161++) {
-                                    for (long long l162 = 0; l162 < 64; l162++) {
-                                        for (long long l163 = 0; l163 < 64; l163++) {
-                                            (arena + 61766)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] = ((arena + 57668)[l160 * 4096 + l161 * 4096 + l162 * 64 + l163] * (arena + 61765)[0]);
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 1; l146++) {
+                                    for (long long l147 = 0; l147 < 64; l147++) {
+                                        for (long long l148 = 0; l148 < 64; l148++) {
+                                            (arena + 61766)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] = ((arena + 57668)[l145 * 4096 + l146 * 4096 + l147 * 64 + l148] * (arena + 61765)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l164 = 0; l164 < 1; l164++) {
-                                for (long long l165 = 0; l165 < 1; l165++) {
-                                    for (long long l166 = 0; l166 < 64; l166++) {
-                                        (arena + 65862)[l164 * 64 + l165 * 64 + l166] = (arena + 115206)[l164 * 64 + l165 * 64 + l166];
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 1; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        for (long long l152 = 0; l152 < 64; l152++) {
+                                            (arena + 65926)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] = ((arena + 61766)[l149 * 4096 + l150 * 4096 + l151 * 64 + l152] - (arena + 20546)[l149 * 64 + l150 * 64 + l151]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l167 = 0; l167 < 1; l167++) {
-                                for (long long l168 = 0; l168 < 1; l168++) {
-                                    for (long long l169 = 0; l169 < 64; l169++) {
-                                        for (long long l170 = 0; l170 < 64; l170++) {
-                                            (arena + 65926)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] = ((arena + 61766)[l167 * 4096 + l168 * 4096 + l169 * 64 + l170] - (arena + 65862)[l167 * 64 + l168 * 64 + l169]);
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 1; l154++) {
+                                    for (long long l155 = 0; l155 < 64; l155++) {
+                                        for (long long l156 = 0; l156 < 64; l156++) {
+                                            (arena + 70022)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = expf((arena + 65926)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 1; l158++) {
+                                    for (long long l159 = 0; l159 < 64; l159++) {
+                                        for (long long l160 = 0; l160 < 64; l160++) {
+                                            (arena + 74118)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (o117 + l160 < s3) ? (arena + 70022)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 128; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f32(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 128; l168++) {
+                                            float a170 = 0.0f;
+                                            for (long long r169 = 0; r169 < 64; r169++) a170 += (arena + 74118)[l165 * 4096 + l166 * 4096 + l167 * 64 + r169 * 1] * (arena + 78214)[l165 * 8192 + l166 * 8192 + l168 * 64 + r169 * 1];
+                                            (arena + 86406)[l165 * 8192 + l166 * 8192 + l167 * 128 + l168] = a170;
                                         }
                                     }
                                 }
@@ -1528,81 +1432,36 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l171 = 0; l171 < 1; l171++) {
                                 for (long long l172 = 0; l172 < 1; l172++) {
                                     for (long long l173 = 0; l173 < 64; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            (arena + 70022)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174] = expf((arena + 65926)[l171 * 4096 + l172 * 4096 + l173 * 64 + l174]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l175 = 0; l175 < 1; l175++) {
-                                for (long long l176 = 0; l176 < 1; l176++) {
-                                    for (long long l177 = 0; l177 < 64; l177++) {
-                                        for (long long l178 = 0; l178 < 64; l178++) {
-                                            (arena + 74118)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] = (o132 + l178 < s3) ? (arena + 70022)[l175 * 4096 + l176 * 4096 + l177 * 64 + l178] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l179 = 0; l179 < 1; l179++) {
-                                for (long long l180 = 0; l180 < 1; l180++) {
-                                    for (long long l181 = 0; l181 < 128; l181++) {
-                                        for (long long l182 = 0; l182 < 64; l182++) {
-                                            (arena + 78214)[l179 * 8192 + l180 * 8192 + l181 * 64 + l182] = (o1 + l179 < s0 && o2 + l180 < s1 && o132 + l182 < s3 && o127 + l181 < s4) ? dt_load_f32(in2[(o1 + l179) * args->input_strides[2][0] + (o2 + l180) * args->input_strides[2][1] + (o132 + l182) * args->input_strides[2][2] + (o127 + l181) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l183 = 0; l183 < 1; l183++) {
-                                for (long long l184 = 0; l184 < 1; l184++) {
-                                    for (long long l185 = 0; l185 < 64; l185++) {
-                                        for (long long l186 = 0; l186 < 128; l186++) {
-                                            float a188 = 0.0f;
-                                            for (long long r187 = 0; r187 < 64; r187++) a188 += (arena + 74118)[l183 * 4096 + l184 * 4096 + l185 * 64 + r187 * 1] * (arena + 78214)[l183 * 8192 + l184 * 8192 + l186 * 64 + r187 * 1];
-                                            (arena + 86406)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186] = a188;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l189 = 0; l189 < 1; l189++) {
-                                for (long long l190 = 0; l190 < 1; l190++) {
-                                    for (long long l191 = 0; l191 < 64; l191++) {
-                                        for (long long l192 = 0; l192 < 128; l192++) {
-                                            (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = (arena + 119494)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] + (arena + 86406)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192];
+                                        for (long long l174 = 0; l174 < 128; l174++) {
+                                            (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] = (arena + 119494)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174] + (arena + 86406)[l171 * 8192 + l172 * 8192 + l173 * 128 + l174];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l193 = 0; l193 < 1; l193++) {
-                            for (long long l194 = 0; l194 < 1; l194++) {
-                                for (long long l195 = 0; l195 < 64; l195++) {
-                                    for (long long l196 = 0; l196 < 128; l196++) {
-                                        (arena + 94598)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196] = (arena + 119494)[l193 * 8192 + l194 * 8192 + l195 * 128 + l196];
+                        for (long long l175 = 0; l175 < 1; l175++) {
+                            for (long long l176 = 0; l176 < 1; l176++) {
+                                for (long long l177 = 0; l177 < 64; l177++) {
+                                    for (long long l178 = 0; l178 < 128; l178++) {
+                                        (arena + 94598)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178] = (arena + 119494)[l175 * 8192 + l176 * 8192 + l177 * 128 + l178];
                                     }
                                 }
                             }
                         }
-                        for (long long l197 = 0; l197 < 1; l197++) {
-                            for (long long l198 = 0; l198 < 1; l198++) {
-                                for (long long l199 = 0; l199 < 64; l199++) {
-                                    (arena + 102790)[l197 * 64 + l198 * 64 + l199] = (arena + 119430)[l197 * 64 + l198 * 64 + l199];
-                                }
-                            }
-                        }
-                        for (long long l200 = 0; l200 < 1; l200++) {
-                            for (long long l201 = 0; l201 < 1; l201++) {
-                                for (long long l202 = 0; l202 < 64; l202++) {
-                                    for (long long l203 = 0; l203 < 128; l203++) {
-                                        (arena + 102854)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] = ((arena + 94598)[l200 * 8192 + l201 * 8192 + l202 * 128 + l203] / (arena + 102790)[l200 * 64 + l201 * 64 + l202]);
+                        for (long long l179 = 0; l179 < 1; l179++) {
+                            for (long long l180 = 0; l180 < 1; l180++) {
+                                for (long long l181 = 0; l181 < 64; l181++) {
+                                    for (long long l182 = 0; l182 < 128; l182++) {
+                                        (arena + 102854)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] = ((arena + 94598)[l179 * 8192 + l180 * 8192 + l181 * 128 + l182] / (arena + 49412)[l179 * 64 + l180 * 64 + l181]);
                                     }
                                 }
                             }
                         }
-                        for (long long l204 = 0; l204 < 1; l204++) {
-                            for (long long l205 = 0; l205 < 1; l205++) {
-                                for (long long l206 = 0; l206 < 64; l206++) {
-                                    for (long long l207 = 0; l207 < 128; l207++) {
-                                        if (o1 + l204 < s0 && o2 + l205 < s1 && o3 + l206 < s2 && o127 + l207 < s4) out[(o1 + l204) * args->output_strides[0] + (o2 + l205) * args->output_strides[1] + (o3 + l206) * args->output_strides[2] + (o127 + l207) * args->output_strides[3]] = dt_store_f32((arena + 102854)[l204 * 8192 + l205 * 8192 + l206 * 128 + l207]);
+                        for (long long l183 = 0; l183 < 1; l183++) {
+                            for (long long l184 = 0; l184 < 1; l184++) {
+                                for (long long l185 = 0; l185 < 64; l185++) {
+                                    for (long long l186 = 0; l186 < 128; l186++) {
+                                        if (o1 + l183 < s0 && o2 + l184 < s1 && o3 + l185 < s2 && o112 + l186 < s4) out[(o1 + l183) * args->output_strides[0] + (o2 + l184) * args->output_strides[1] + (o3 + l185) * args->output_strides[2] + (o112 + l186) * args->output_strides[3]] = dt_store_f32((arena + 102854)[l183 * 8192 + l184 * 8192 + l185 * 128 + l186]);
                                     }
                                 }
                             }
@@ -1631,12 +1490,16 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -1787,68 +1650,64 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             }
                         }
                     }
-                    /* mc.fuse_at(attention_causal, i) */
+                    /* rsum identity */
                     for (long long l62 = 0; l62 < 1; l62++) {
                         for (long long l63 = 0; l63 < 1; l63++) {
                             for (long long l64 = 0; l64 < 64; l64++) {
-                                (arena + 140172)[l62 * 64 + l63 * 64 + l64] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l65 = 0; l65 < 1; l65++) {
-                        for (long long l66 = 0; l66 < 1; l66++) {
-                            for (long long l67 = 0; l67 < 64; l67++) {
-                                (arena + 140172)[l65 * 64 + l66 * 64 + l67] = (arena + 28868)[l65 * 64 + l66 * 64 + l67];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 140236)[l68 * 64 + l69 * 64 + l70] = 0e0f;
+                                (arena + 140236)[l62 * 64 + l63 * 64 + l64] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o71 = 0; o71 < s3; o71 += 64) {
-                        for (long long l72 = 0; l72 < 64; l72++) {
-                            (arena + 28932)[l72] = (float)(o71 + l72);
+                    for (long long o65 = 0; o65 < s3; o65 += 64) {
+                        for (long long l66 = 0; l66 < 64; l66++) {
+                            (arena + 28932)[l66] = (float)(o65 + l66);
                         }
-                        for (long long l73 = 0; l73 < 64; l73++) {
-                            (arena + 28996)[l73] = (float)(o3 + l73);
+                        for (long long l67 = 0; l67 < 64; l67++) {
+                            (arena + 28996)[l67] = (float)(o3 + l67);
                         }
-                        for (long long l74 = 0; l74 < 64; l74++) {
-                            for (long long l75 = 0; l75 < 64; l75++) {
-                                (arena + 29060)[l74 * 64 + l75] = (((arena + 28932)[l75]) <= ((arena + 28996)[l74]) ? 1.0f : 0.0f);
+                        for (long long l68 = 0; l68 < 64; l68++) {
+                            for (long long l69 = 0; l69 < 64; l69++) {
+                                (arena + 29060)[l68 * 64 + l69] = (((arena + 28932)[l69]) <= ((arena + 28996)[l68]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        for (long long l76 = 0; l76 < 1; l76++) {
-                            for (long long l77 = 0; l77 < 1; l77++) {
-                                for (long long l78 = 0; l78 < 64; l78++) {
-                                    for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 140300)[l76 * 4096 + l77 * 4096 + l78 * 64 + l79] = 0e0f;
+                        for (long long l70 = 0; l70 < 1; l70++) {
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 64; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 140300)[l70 * 4096 + l71 * 4096 + l72 * 64 + l73] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o80 = 0; o80 < s5; o80 += 32) {
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        for (long long l84 = 0; l84 < 32; l84++) {
-                                            (arena + 33156)[l81 * 2048 + l82 * 2048 + l83 * 32 + l84] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[(o1 + l81) * args->input_strides[0][0] + (o2 + l82) * args->input_strides[0][1] + (o3 + l83) * args->input_strides[0][2] + (o80 + l84) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o74 = 0; o74 < s5; o74 += 32) {
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 64; l77++) {
+                                        for (long long l78 = 0; l78 < 32; l78++) {
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        for (long long l88 = 0; l88 < 32; l88++) {
-                                            (arena + 35204)[l85 * 2048 + l86 * 2048 + l87 * 32 + l88] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[(o1 + l85) * args->input_strides[1][0] + (o2 + l86) * args->input_strides[1][1] + (o71 + l87) * args->input_strides[1][2] + (o80 + l88) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        for (long long l82 = 0; l82 < 32; l82++) {
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        for (long long l86 = 0; l86 < 64; l86++) {
+                                            float a88 = 0.0f;
+                                            for (long long r87 = 0; r87 < 32; r87++) a88 += (arena + 33156)[l83 * 2048 + l84 * 2048 + l85 * 32 + r87 * 1] * (arena + 35204)[l83 * 2048 + l84 * 2048 + l86 * 32 + r87 * 1];
+                                            (arena + 37252)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = a88;
                                         }
                                     }
                                 }
@@ -1857,246 +1716,244 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 64; l91++) {
                                         for (long long l92 = 0; l92 < 64; l92++) {
-                                            float a94 = 0.0f;
-                                            for (long long r93 = 0; r93 < 32; r93++) a94 += (arena + 33156)[l89 * 2048 + l90 * 2048 + l91 * 32 + r93 * 1] * (arena + 35204)[l89 * 2048 + l90 * 2048 + l92 * 32 + r93 * 1];
-                                            (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = a94;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] = (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] + (arena + 37252)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98];
+                                            (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] + (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l99 = 0; l99 < 1; l99++) {
-                            for (long long l100 = 0; l100 < 1; l100++) {
-                                for (long long l101 = 0; l101 < 64; l101++) {
-                                    for (long long l102 = 0; l102 < 64; l102++) {
-                                        (arena + 41348)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = (arena + 140300)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102];
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 140300)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
                                     }
                                 }
                             }
                         }
                         (arena + 45444)[0] = (float)s5;
                         (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-                        for (long long l103 = 0; l103 < 1; l103++) {
-                            for (long long l104 = 0; l104 < 1; l104++) {
-                                for (long long l105 = 0; l105 < 64; l105++) {
-                                    for (long long l106 = 0; l106 < 64; l106++) {
-                                        (arena + 45446)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] = ((arena + 41348)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] * (arena + 45445)[0]);
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45446)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = ((arena + 41348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] * (arena + 45445)[0]);
                                     }
                                 }
                             }
                         }
                         (arena + 49542)[0] = INFINITY;
                         (arena + 49543)[0] = (-(arena + 49542)[0]);
-                        for (long long l107 = 0; l107 < 1; l107++) {
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 64; l109++) {
-                                    for (long long l110 = 0; l110 < 64; l110++) {
-                                        (arena + 49544)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] = (arena + 29060)[l109 * 64 + l110] != 0.0f ? (arena + 45446)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] : (arena + 49543)[0];
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        (arena + 49544)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (arena + 29060)[l103 * 64 + l104] != 0.0f ? (arena + 45446)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : (arena + 49543)[0];
                                     }
                                 }
                             }
                         }
-                        for (long long l111 = 0; l111 < 1; l111++) {
-                            for (long long l112 = 0; l112 < 1; l112++) {
-                                for (long long l113 = 0; l113 < 64; l113++) {
-                                    (arena + 53640)[l111 * 64 + l112 * 64 + l113] = (arena + 140172)[l111 * 64 + l112 * 64 + l113];
-                                }
-                            }
-                        }
-                        for (long long l114 = 0; l114 < 1; l114++) {
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 64; l116++) {
-                                    for (long long l117 = 0; l117 < 64; l117++) {
-                                        (arena + 53704)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] = ((arena + 49544)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] - (arena + 53640)[l114 * 64 + l115 * 64 + l116]);
+                        for (long long l105 = 0; l105 < 1; l105++) {
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        (arena + 53704)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 49544)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 28868)[l105 * 64 + l106 * 64 + l107]);
                                     }
                                 }
                             }
                         }
-                        for (long long l118 = 0; l118 < 1; l118++) {
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 64; l120++) {
-                                    for (long long l121 = 0; l121 < 64; l121++) {
-                                        (arena + 57800)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = expf((arena + 53704)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121]);
+                        for (long long l109 = 0; l109 < 1; l109++) {
+                            for (long long l110 = 0; l110 < 1; l110++) {
+                                for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l112 = 0; l112 < 64; l112++) {
+                                        (arena + 57800)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 53704)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        (arena + 61896)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o65 + l116 < s3) ? (arena + 57800)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l117 = 0; l117 < 1; l117++) {
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 64; l119++) {
+                                    float a121 = 0e0f;
+                                    for (long long r120 = 0; r120 < 64; r120++) a121 = a121 + (arena + 61896)[l117 * 4096 + l118 * 4096 + l119 * 64 + r120 * 1];
+                                    (arena + 65992)[l117 * 64 + l118 * 64 + l119] = a121;
                                 }
                             }
                         }
                         for (long long l122 = 0; l122 < 1; l122++) {
                             for (long long l123 = 0; l123 < 1; l123++) {
                                 for (long long l124 = 0; l124 < 64; l124++) {
-                                    for (long long l125 = 0; l125 < 64; l125++) {
-                                        (arena + 61896)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] = (o71 + l125 < s3) ? (arena + 57800)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] : 0e0f;
-                                    }
+                                    (arena + 140236)[l122 * 64 + l123 * 64 + l124] = (arena + 140236)[l122 * 64 + l123 * 64 + l124] + (arena + 65992)[l122 * 64 + l123 * 64 + l124];
                                 }
                             }
                         }
+                    }
+                    for (long long l125 = 0; l125 < 1; l125++) {
                         for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 64; l128++) {
-                                    float a130 = 0e0f;
-                                    for (long long r129 = 0; r129 < 64; r129++) a130 = a130 + (arena + 61896)[l126 * 4096 + l127 * 4096 + l128 * 64 + r129 * 1];
-                                    (arena + 65992)[l126 * 64 + l127 * 64 + l128] = a130;
-                                }
-                            }
-                        }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 140236)[l131 * 64 + l132 * 64 + l133] = (arena + 140236)[l131 * 64 + l132 * 64 + l133] + (arena + 65992)[l131 * 64 + l132 * 64 + l133];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l134 = 0; l134 < 1; l134++) {
-                        for (long long l135 = 0; l135 < 1; l135++) {
-                            for (long long l136 = 0; l136 < 64; l136++) {
-                                (arena + 66056)[l134 * 64 + l135 * 64 + l136] = (arena + 140236)[l134 * 64 + l135 * 64 + l136];
-                            }
-                        }
-                    }
-                    /* lc.fuse_at(attention_causal, i) */
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                (arena + 144396)[l137 * 64 + l138 * 64 + l139] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l140 = 0; l140 < 1; l140++) {
-                        for (long long l141 = 0; l141 < 1; l141++) {
-                            for (long long l142 = 0; l142 < 64; l142++) {
-                                (arena + 144396)[l140 * 64 + l141 * 64 + l142] = (arena + 66056)[l140 * 64 + l141 * 64 + l142];
+                            for (long long l127 = 0; l127 < 64; l127++) {
+                                (arena + 66056)[l125 * 64 + l126 * 64 + l127] = (arena + 140236)[l125 * 64 + l126 * 64 + l127];
                             }
                         }
                     }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                    for (long long o128 = b4 * 128; o128 < dt_min_ll(b4 * 128 + 128, s4); o128 += 128) {
                         /* rdot accumulator */
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 64; l146++) {
-                                    for (long long l147 = 0; l147 < 128; l147++) {
-                                        (arena + 144460)[l144 * 8192 + l145 * 8192 + l146 * 128 + l147] = 0e0f;
+                        for (long long l129 = 0; l129 < 1; l129++) {
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l132 = 0; l132 < 128; l132++) {
+                                        (arena + 144460)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o148 = 0; o148 < s3; o148 += 64) {
-                            for (long long l149 = 0; l149 < 64; l149++) {
-                                (arena + 66120)[l149] = (float)(o148 + l149);
+                        for (long long o133 = 0; o133 < s3; o133 += 64) {
+                            for (long long l134 = 0; l134 < 64; l134++) {
+                                (arena + 66120)[l134] = (float)(o133 + l134);
                             }
-                            for (long long l150 = 0; l150 < 64; l150++) {
-                                (arena + 66184)[l150] = (float)(o3 + l150);
+                            for (long long l135 = 0; l135 < 64; l135++) {
+                                (arena + 66184)[l135] = (float)(o3 + l135);
                             }
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
-                                    (arena + 66248)[l151 * 64 + l152] = (((arena + 66120)[l152]) <= ((arena + 66184)[l151]) ? 1.0f : 0.0f);
+                            for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    (arena + 66248)[l136 * 64 + l137] = (((arena + 66120)[l137]) <= ((arena + 66184)[l136]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 1; l154++) {
-                                    for (long long l155 = 0; l155 < 64; l155++) {
-                                        for (long long l156 = 0; l156 < 64; l156++) {
-                                            (arena + 152652)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = 0e0f;
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 1; l139++) {
+                                    for (long long l140 = 0; l140 < 64; l140++) {
+                                        for (long long l141 = 0; l141 < 64; l141++) {
+                                            (arena + 152652)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o157 = 0; o157 < s5; o157 += 32) {
-                                for (long long l158 = 0; l158 < 1; l158++) {
-                                    for (long long l159 = 0; l159 < 1; l159++) {
-                                        for (long long l160 = 0; l160 < 64; l160++) {
-                                            for (long long l161 = 0; l161 < 32; l161++) {
-                                                (arena + 70344)[l158 * 2048 + l159 * 2048 + l160 * 32 + l161] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[(o1 + l158) * args->input_strides[0][0] + (o2 + l159) * args->input_strides[0][1] + (o3 + l160) * args->input_strides[0][2] + (o157 + l161) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o142 = 0; o142 < s5; o142 += 32) {
+                                for (long long l143 = 0; l143 < 1; l143++) {
+                                    for (long long l144 = 0; l144 < 1; l144++) {
+                                        for (long long l145 = 0; l145 < 64; l145++) {
+                                            for (long long l146 = 0; l146 < 32; l146++) {
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l162 = 0; l162 < 1; l162++) {
-                                    for (long long l163 = 0; l163 < 1; l163++) {
-                                        for (long long l164 = 0; l164 < 64; l164++) {
-                                            for (long long l165 = 0; l165 < 32; l165++) {
-                                                (arena + 72392)[l162 * 2048 + l163 * 2048 + l164 * 32 + l165] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[(o1 + l162) * args->input_strides[1][0] + (o2 + l163) * args->input_strides[1][1] + (o148 + l164) * args->input_strides[1][2] + (o157 + l165) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l147 = 0; l147 < 1; l147++) {
+                                    for (long long l148 = 0; l148 < 1; l148++) {
+                                        for (long long l149 = 0; l149 < 64; l149++) {
+                                            for (long long l150 = 0; l150 < 32; l150++) {
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 1; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            for (long long l169 = 0; l169 < 64; l169++) {
-                                                float a171 = 0.0f;
-                                                for (long long r170 = 0; r170 < 32; r170++) a171 += (arena + 70344)[l166 * 2048 + l167 * 2048 + l168 * 32 + r170 * 1] * (arena + 72392)[l166 * 2048 + l167 * 2048 + l169 * 32 + r170 * 1];
-                                                (arena + 74440)[l166 * 4096 + l167 * 4096 + l168 * 64 + l169] = a171;
+                                for (long long l151 = 0; l151 < 1; l151++) {
+                                    for (long long l152 = 0; l152 < 1; l152++) {
+                                        for (long long l153 = 0; l153 < 64; l153++) {
+                                            for (long long l154 = 0; l154 < 64; l154++) {
+                                                float a156 = 0.0f;
+                                                for (long long r155 = 0; r155 < 32; r155++) a156 += (arena + 70344)[l151 * 2048 + l152 * 2048 + l153 * 32 + r155 * 1] * (arena + 72392)[l151 * 2048 + l152 * 2048 + l154 * 32 + r155 * 1];
+                                                (arena + 74440)[l151 * 4096 + l152 * 4096 + l153 * 64 + l154] = a156;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l172 = 0; l172 < 1; l172++) {
-                                    for (long long l173 = 0; l173 < 1; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            for (long long l175 = 0; l175 < 64; l175++) {
-                                                (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] = (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] + (arena + 74440)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175];
+                                for (long long l157 = 0; l157 < 1; l157++) {
+                                    for (long long l158 = 0; l158 < 1; l158++) {
+                                        for (long long l159 = 0; l159 < 64; l159++) {
+                                            for (long long l160 = 0; l160 < 64; l160++) {
+                                                (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] + (arena + 74440)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l176 = 0; l176 < 1; l176++) {
-                                for (long long l177 = 0; l177 < 1; l177++) {
-                                    for (long long l178 = 0; l178 < 64; l178++) {
-                                        for (long long l179 = 0; l179 < 64; l179++) {
-                                            (arena + 78536)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179] = (arena + 152652)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179];
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 64; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78536)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 152652)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
                                         }
                                     }
                                 }
                             }
                             (arena + 82632)[0] = (float)s5;
                             (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-                            for (long long l180 = 0; l180 < 1; l180++) {
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 64; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            (arena + 82634)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] = ((arena + 78536)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] * (arena + 82633)[0]);
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 64; l168++) {
+                                            (arena + 82634)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = ((arena + 78536)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] * (arena + 82633)[0]);
                                         }
                                     }
                                 }
                             }
                             (arena + 86730)[0] = INFINITY;
                             (arena + 86731)[0] = (-(arena + 86730)[0]);
-                            for (long long l184 = 0; l184 < 1; l184++) {
-                                for (long long l185 = 0; l185 < 1; l185++) {
-                                    for (long long l186 = 0; l186 < 64; l186++) {
-                                        for (long long l187 = 0; l187 < 64; l187++) {
-                                            (arena + 86732)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] = (arena + 66248)[l186 * 64 + l187] != 0.0f ? (arena + 82634)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] : (arena + 86731)[0];
+                            for (long long l169 = 0; l169 < 1; l169++) {
+                                for (long long l170 = 0; l170 < 1; l170++) {
+                                    for (long long l171 = 0; l171 < 64; l171++) {
+                                        for (long long l172 = 0; l172 < 64; l172++) {
+                                            (arena + 86732)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = (arena + 66248)[l171 * 64 + l172] != 0.0f ? (arena + 82634)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] : (arena + 86731)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l188 = 0; l188 < 1; l188++) {
-                                for (long long l189 = 0; l189 < 1; l189++) {
-                                    for (long long l190 = 0; l190 < 64; l190++) {
-                                        (arena + 90828)[l188 * 64 + l189 * 64 + l190] = (arena + 140172)[l188 * 64 + l189 * 64 + l190];
+                            for (long long l173 = 0; l173 < 1; l173++) {
+                                for (long long l174 = 0; l174 < 1; l174++) {
+                                    for (long long l175 = 0; l175 < 64; l175++) {
+                                        for (long long l176 = 0; l176 < 64; l176++) {
+                                            (arena + 90892)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 86732)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 28868)[l173 * 64 + l174 * 64 + l175]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l191 = 0; l191 < 1; l191++) {
-                                for (long long l192 = 0; l192 < 1; l192++) {
-                                    for (long long l193 = 0; l193 < 64; l193++) {
-                                        for (long long l194 = 0; l194 < 64; l194++) {
-                                            (arena + 90892)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] = ((arena + 86732)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] - (arena + 90828)[l191 * 64 + l192 * 64 + l193]);
+                            for (long long l177 = 0; l177 < 1; l177++) {
+                                for (long long l178 = 0; l178 < 1; l178++) {
+                                    for (long long l179 = 0; l179 < 64; l179++) {
+                                        for (long long l180 = 0; l180 < 64; l180++) {
+                                            (arena + 94988)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 90892)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l181 = 0; l181 < 1; l181++) {
+                                for (long long l182 = 0; l182 < 1; l182++) {
+                                    for (long long l183 = 0; l183 < 64; l183++) {
+                                        for (long long l184 = 0; l184 < 64; l184++) {
+                                            (arena + 99084)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o133 + l184 < s3) ? (arena + 94988)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l185 = 0; l185 < 1; l185++) {
+                                for (long long l186 = 0; l186 < 1; l186++) {
+                                    for (long long l187 = 0; l187 < 128; l187++) {
+                                        for (long long l188 = 0; l188 < 64; l188++) {
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l189 = 0; l189 < 1; l189++) {
+                                for (long long l190 = 0; l190 < 1; l190++) {
+                                    for (long long l191 = 0; l191 < 64; l191++) {
+                                        for (long long l192 = 0; l192 < 128; l192++) {
+                                            float a194 = 0.0f;
+                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 99084)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 103180)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
+                                            (arena + 111372)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
                                         }
                                     }
                                 }
@@ -2104,81 +1961,36 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l195 = 0; l195 < 1; l195++) {
                                 for (long long l196 = 0; l196 < 1; l196++) {
                                     for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 64; l198++) {
-                                            (arena + 94988)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198] = expf((arena + 90892)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l199 = 0; l199 < 1; l199++) {
-                                for (long long l200 = 0; l200 < 1; l200++) {
-                                    for (long long l201 = 0; l201 < 64; l201++) {
-                                        for (long long l202 = 0; l202 < 64; l202++) {
-                                            (arena + 99084)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] = (o148 + l202 < s3) ? (arena + 94988)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l203 = 0; l203 < 1; l203++) {
-                                for (long long l204 = 0; l204 < 1; l204++) {
-                                    for (long long l205 = 0; l205 < 128; l205++) {
-                                        for (long long l206 = 0; l206 < 64; l206++) {
-                                            (arena + 103180)[l203 * 8192 + l204 * 8192 + l205 * 64 + l206] = (o1 + l203 < s0 && o2 + l204 < s1 && o148 + l206 < s3 && o143 + l205 < s4) ? dt_load_f16(in2[(o1 + l203) * args->input_strides[2][0] + (o2 + l204) * args->input_strides[2][1] + (o148 + l206) * args->input_strides[2][2] + (o143 + l205) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l207 = 0; l207 < 1; l207++) {
-                                for (long long l208 = 0; l208 < 1; l208++) {
-                                    for (long long l209 = 0; l209 < 64; l209++) {
-                                        for (long long l210 = 0; l210 < 128; l210++) {
-                                            float a212 = 0.0f;
-                                            for (long long r211 = 0; r211 < 64; r211++) a212 += (arena + 99084)[l207 * 4096 + l208 * 4096 + l209 * 64 + r211 * 1] * (arena + 103180)[l207 * 8192 + l208 * 8192 + l210 * 64 + r211 * 1];
-                                            (arena + 111372)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210] = a212;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] + (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216];
+                                        for (long long l198 = 0; l198 < 128; l198++) {
+                                            (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 111372)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l217 = 0; l217 < 1; l217++) {
-                            for (long long l218 = 0; l218 < 1; l218++) {
-                                for (long long l219 = 0; l219 < 64; l219++) {
-                                    for (long long l220 = 0; l220 < 128; l220++) {
-                                        (arena + 119564)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220] = (arena + 144460)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220];
+                        for (long long l199 = 0; l199 < 1; l199++) {
+                            for (long long l200 = 0; l200 < 1; l200++) {
+                                for (long long l201 = 0; l201 < 64; l201++) {
+                                    for (long long l202 = 0; l202 < 128; l202++) {
+                                        (arena + 119564)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 144460)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
                                     }
                                 }
                             }
                         }
-                        for (long long l221 = 0; l221 < 1; l221++) {
-                            for (long long l222 = 0; l222 < 1; l222++) {
-                                for (long long l223 = 0; l223 < 64; l223++) {
-                                    (arena + 127756)[l221 * 64 + l222 * 64 + l223] = (arena + 144396)[l221 * 64 + l222 * 64 + l223];
-                                }
-                            }
-                        }
-                        for (long long l224 = 0; l224 < 1; l224++) {
-                            for (long long l225 = 0; l225 < 1; l225++) {
-                                for (long long l226 = 0; l226 < 64; l226++) {
-                                    for (long long l227 = 0; l227 < 128; l227++) {
-                                        (arena + 127820)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] = ((arena + 119564)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] / (arena + 127756)[l224 * 64 + l225 * 64 + l226]);
+                        for (long long l203 = 0; l203 < 1; l203++) {
+                            for (long long l204 = 0; l204 < 1; l204++) {
+                                for (long long l205 = 0; l205 < 64; l205++) {
+                                    for (long long l206 = 0; l206 < 128; l206++) {
+                                        (arena + 127820)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 119564)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 66056)[l203 * 64 + l204 * 64 + l205]);
                                     }
                                 }
                             }
                         }
-                        for (long long l228 = 0; l228 < 1; l228++) {
-                            for (long long l229 = 0; l229 < 1; l229++) {
-                                for (long long l230 = 0; l230 < 64; l230++) {
-                                    for (long long l231 = 0; l231 < 128; l231++) {
-                                        if (o1 + l228 < s0 && o2 + l229 < s1 && o3 + l230 < s2 && o143 + l231 < s4) out[(o1 + l228) * args->output_strides[0] + (o2 + l229) * args->output_strides[1] + (o3 + l230) * args->output_strides[2] + (o143 + l231) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l228 * 8192 + l229 * 8192 + l230 * 128 + l231]);
+                        for (long long l207 = 0; l207 < 1; l207++) {
+                            for (long long l208 = 0; l208 < 1; l208++) {
+                                for (long long l209 = 0; l209 < 64; l209++) {
+                                    for (long long l210 = 0; l210 < 128; l210++) {
+                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o128 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o128 + l210) * args->output_strides[3]] = dt_store_f16((arena + 127820)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
                                     }
                                 }
                             }
@@ -2207,12 +2019,16 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -2363,68 +2179,64 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             }
                         }
                     }
-                    /* mc.fuse_at(attention_causal, i) */
+                    /* rsum identity */
                     for (long long l62 = 0; l62 < 1; l62++) {
                         for (long long l63 = 0; l63 < 1; l63++) {
                             for (long long l64 = 0; l64 < 64; l64++) {
-                                (arena + 140172)[l62 * 64 + l63 * 64 + l64] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l65 = 0; l65 < 1; l65++) {
-                        for (long long l66 = 0; l66 < 1; l66++) {
-                            for (long long l67 = 0; l67 < 64; l67++) {
-                                (arena + 140172)[l65 * 64 + l66 * 64 + l67] = (arena + 28868)[l65 * 64 + l66 * 64 + l67];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 140236)[l68 * 64 + l69 * 64 + l70] = 0e0f;
+                                (arena + 140236)[l62 * 64 + l63 * 64 + l64] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o71 = 0; o71 < s3; o71 += 64) {
-                        for (long long l72 = 0; l72 < 64; l72++) {
-                            (arena + 28932)[l72] = (float)(o71 + l72);
+                    for (long long o65 = 0; o65 < s3; o65 += 64) {
+                        for (long long l66 = 0; l66 < 64; l66++) {
+                            (arena + 28932)[l66] = (float)(o65 + l66);
                         }
-                        for (long long l73 = 0; l73 < 64; l73++) {
-                            (arena + 28996)[l73] = (float)(o3 + l73);
+                        for (long long l67 = 0; l67 < 64; l67++) {
+                            (arena + 28996)[l67] = (float)(o3 + l67);
                         }
-                        for (long long l74 = 0; l74 < 64; l74++) {
-                            for (long long l75 = 0; l75 < 64; l75++) {
-                                (arena + 29060)[l74 * 64 + l75] = (((arena + 28932)[l75]) <= ((arena + 28996)[l74]) ? 1.0f : 0.0f);
+                        for (long long l68 = 0; l68 < 64; l68++) {
+                            for (long long l69 = 0; l69 < 64; l69++) {
+                                (arena + 29060)[l68 * 64 + l69] = (((arena + 28932)[l69]) <= ((arena + 28996)[l68]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        for (long long l76 = 0; l76 < 1; l76++) {
-                            for (long long l77 = 0; l77 < 1; l77++) {
-                                for (long long l78 = 0; l78 < 64; l78++) {
-                                    for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 140300)[l76 * 4096 + l77 * 4096 + l78 * 64 + l79] = 0e0f;
+                        for (long long l70 = 0; l70 < 1; l70++) {
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 64; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 140300)[l70 * 4096 + l71 * 4096 + l72 * 64 + l73] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o80 = 0; o80 < s5; o80 += 32) {
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        for (long long l84 = 0; l84 < 32; l84++) {
-                                            (arena + 33156)[l81 * 2048 + l82 * 2048 + l83 * 32 + l84] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[(o1 + l81) * args->input_strides[0][0] + (o2 + l82) * args->input_strides[0][1] + (o3 + l83) * args->input_strides[0][2] + (o80 + l84) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o74 = 0; o74 < s5; o74 += 32) {
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 64; l77++) {
+                                        for (long long l78 = 0; l78 < 32; l78++) {
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_bf16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        for (long long l88 = 0; l88 < 32; l88++) {
-                                            (arena + 35204)[l85 * 2048 + l86 * 2048 + l87 * 32 + l88] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[(o1 + l85) * args->input_strides[1][0] + (o2 + l86) * args->input_strides[1][1] + (o71 + l87) * args->input_strides[1][2] + (o80 + l88) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        for (long long l82 = 0; l82 < 32; l82++) {
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_bf16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        for (long long l86 = 0; l86 < 64; l86++) {
+                                            float a88 = 0.0f;
+                                            for (long long r87 = 0; r87 < 32; r87++) a88 += (arena + 33156)[l83 * 2048 + l84 * 2048 + l85 * 32 + r87 * 1] * (arena + 35204)[l83 * 2048 + l84 * 2048 + l86 * 32 + r87 * 1];
+                                            (arena + 37252)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = a88;
                                         }
                                     }
                                 }
@@ -2433,246 +2245,244 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 64; l91++) {
                                         for (long long l92 = 0; l92 < 64; l92++) {
-                                            float a94 = 0.0f;
-                                            for (long long r93 = 0; r93 < 32; r93++) a94 += (arena + 33156)[l89 * 2048 + l90 * 2048 + l91 * 32 + r93 * 1] * (arena + 35204)[l89 * 2048 + l90 * 2048 + l92 * 32 + r93 * 1];
-                                            (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = a94;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] = (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] + (arena + 37252)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98];
+                                            (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] + (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l99 = 0; l99 < 1; l99++) {
-                            for (long long l100 = 0; l100 < 1; l100++) {
-                                for (long long l101 = 0; l101 < 64; l101++) {
-                                    for (long long l102 = 0; l102 < 64; l102++) {
-                                        (arena + 41348)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = (arena + 140300)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102];
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 140300)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
                                     }
                                 }
                             }
                         }
                         (arena + 45444)[0] = (float)s5;
                         (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-                        for (long long l103 = 0; l103 < 1; l103++) {
-                            for (long long l104 = 0; l104 < 1; l104++) {
-                                for (long long l105 = 0; l105 < 64; l105++) {
-                                    for (long long l106 = 0; l106 < 64; l106++) {
-                                        (arena + 45446)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] = ((arena + 41348)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] * (arena + 45445)[0]);
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45446)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = ((arena + 41348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] * (arena + 45445)[0]);
                                     }
                                 }
                             }
                         }
                         (arena + 49542)[0] = INFINITY;
                         (arena + 49543)[0] = (-(arena + 49542)[0]);
-                        for (long long l107 = 0; l107 < 1; l107++) {
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 64; l109++) {
-                                    for (long long l110 = 0; l110 < 64; l110++) {
-                                        (arena + 49544)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] = (arena + 29060)[l109 * 64 + l110] != 0.0f ? (arena + 45446)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] : (arena + 49543)[0];
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        (arena + 49544)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (arena + 29060)[l103 * 64 + l104] != 0.0f ? (arena + 45446)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : (arena + 49543)[0];
                                     }
                                 }
                             }
                         }
-                        for (long long l111 = 0; l111 < 1; l111++) {
-                            for (long long l112 = 0; l112 < 1; l112++) {
-                                for (long long l113 = 0; l113 < 64; l113++) {
-                                    (arena + 53640)[l111 * 64 + l112 * 64 + l113] = (arena + 140172)[l111 * 64 + l112 * 64 + l113];
-                                }
-                            }
-                        }
-                        for (long long l114 = 0; l114 < 1; l114++) {
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 64; l116++) {
-                                    for (long long l117 = 0; l117 < 64; l117++) {
-                                        (arena + 53704)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] = ((arena + 49544)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] - (arena + 53640)[l114 * 64 + l115 * 64 + l116]);
+                        for (long long l105 = 0; l105 < 1; l105++) {
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        (arena + 53704)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 49544)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 28868)[l105 * 64 + l106 * 64 + l107]);
                                     }
                                 }
                             }
                         }
-                        for (long long l118 = 0; l118 < 1; l118++) {
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 64; l120++) {
-                                    for (long long l121 = 0; l121 < 64; l121++) {
-                                        (arena + 57800)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = expf((arena + 53704)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121]);
+                        for (long long l109 = 0; l109 < 1; l109++) {
+                            for (long long l110 = 0; l110 < 1; l110++) {
+                                for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l112 = 0; l112 < 64; l112++) {
+                                        (arena + 57800)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 53704)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        (arena + 61896)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o65 + l116 < s3) ? (arena + 57800)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l117 = 0; l117 < 1; l117++) {
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 64; l119++) {
+                                    float a121 = 0e0f;
+                                    for (long long r120 = 0; r120 < 64; r120++) a121 = a121 + (arena + 61896)[l117 * 4096 + l118 * 4096 + l119 * 64 + r120 * 1];
+                                    (arena + 65992)[l117 * 64 + l118 * 64 + l119] = a121;
                                 }
                             }
                         }
                         for (long long l122 = 0; l122 < 1; l122++) {
                             for (long long l123 = 0; l123 < 1; l123++) {
                                 for (long long l124 = 0; l124 < 64; l124++) {
-                                    for (long long l125 = 0; l125 < 64; l125++) {
-                                        (arena + 61896)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] = (o71 + l125 < s3) ? (arena + 57800)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] : 0e0f;
-                                    }
+                                    (arena + 140236)[l122 * 64 + l123 * 64 + l124] = (arena + 140236)[l122 * 64 + l123 * 64 + l124] + (arena + 65992)[l122 * 64 + l123 * 64 + l124];
                                 }
                             }
                         }
+                    }
+                    for (long long l125 = 0; l125 < 1; l125++) {
                         for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 64; l128++) {
-                                    float a130 = 0e0f;
-                                    for (long long r129 = 0; r129 < 64; r129++) a130 = a130 + (arena + 61896)[l126 * 4096 + l127 * 4096 + l128 * 64 + r129 * 1];
-                                    (arena + 65992)[l126 * 64 + l127 * 64 + l128] = a130;
-                                }
-                            }
-                        }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 140236)[l131 * 64 + l132 * 64 + l133] = (arena + 140236)[l131 * 64 + l132 * 64 + l133] + (arena + 65992)[l131 * 64 + l132 * 64 + l133];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l134 = 0; l134 < 1; l134++) {
-                        for (long long l135 = 0; l135 < 1; l135++) {
-                            for (long long l136 = 0; l136 < 64; l136++) {
-                                (arena + 66056)[l134 * 64 + l135 * 64 + l136] = (arena + 140236)[l134 * 64 + l135 * 64 + l136];
-                            }
-                        }
-                    }
-                    /* lc.fuse_at(attention_causal, i) */
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                (arena + 144396)[l137 * 64 + l138 * 64 + l139] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l140 = 0; l140 < 1; l140++) {
-                        for (long long l141 = 0; l141 < 1; l141++) {
-                            for (long long l142 = 0; l142 < 64; l142++) {
-                                (arena + 144396)[l140 * 64 + l141 * 64 + l142] = (arena + 66056)[l140 * 64 + l141 * 64 + l142];
+                            for (long long l127 = 0; l127 < 64; l127++) {
+                                (arena + 66056)[l125 * 64 + l126 * 64 + l127] = (arena + 140236)[l125 * 64 + l126 * 64 + l127];
                             }
                         }
                     }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                    for (long long o128 = b4 * 128; o128 < dt_min_ll(b4 * 128 + 128, s4); o128 += 128) {
                         /* rdot accumulator */
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 64; l146++) {
-                                    for (long long l147 = 0; l147 < 128; l147++) {
-                                        (arena + 144460)[l144 * 8192 + l145 * 8192 + l146 * 128 + l147] = 0e0f;
+                        for (long long l129 = 0; l129 < 1; l129++) {
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l132 = 0; l132 < 128; l132++) {
+                                        (arena + 144460)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o148 = 0; o148 < s3; o148 += 64) {
-                            for (long long l149 = 0; l149 < 64; l149++) {
-                                (arena + 66120)[l149] = (float)(o148 + l149);
+                        for (long long o133 = 0; o133 < s3; o133 += 64) {
+                            for (long long l134 = 0; l134 < 64; l134++) {
+                                (arena + 66120)[l134] = (float)(o133 + l134);
                             }
-                            for (long long l150 = 0; l150 < 64; l150++) {
-                                (arena + 66184)[l150] = (float)(o3 + l150);
+                            for (long long l135 = 0; l135 < 64; l135++) {
+                                (arena + 66184)[l135] = (float)(o3 + l135);
                             }
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
-                                    (arena + 66248)[l151 * 64 + l152] = (((arena + 66120)[l152]) <= ((arena + 66184)[l151]) ? 1.0f : 0.0f);
+                            for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    (arena + 66248)[l136 * 64 + l137] = (((arena + 66120)[l137]) <= ((arena + 66184)[l136]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 1; l154++) {
-                                    for (long long l155 = 0; l155 < 64; l155++) {
-                                        for (long long l156 = 0; l156 < 64; l156++) {
-                                            (arena + 152652)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = 0e0f;
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 1; l139++) {
+                                    for (long long l140 = 0; l140 < 64; l140++) {
+                                        for (long long l141 = 0; l141 < 64; l141++) {
+                                            (arena + 152652)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o157 = 0; o157 < s5; o157 += 32) {
-                                for (long long l158 = 0; l158 < 1; l158++) {
-                                    for (long long l159 = 0; l159 < 1; l159++) {
-                                        for (long long l160 = 0; l160 < 64; l160++) {
-                                            for (long long l161 = 0; l161 < 32; l161++) {
-                                                (arena + 70344)[l158 * 2048 + l159 * 2048 + l160 * 32 + l161] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[(o1 + l158) * args->input_strides[0][0] + (o2 + l159) * args->input_strides[0][1] + (o3 + l160) * args->input_strides[0][2] + (o157 + l161) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o142 = 0; o142 < s5; o142 += 32) {
+                                for (long long l143 = 0; l143 < 1; l143++) {
+                                    for (long long l144 = 0; l144 < 1; l144++) {
+                                        for (long long l145 = 0; l145 < 64; l145++) {
+                                            for (long long l146 = 0; l146 < 32; l146++) {
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_bf16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l162 = 0; l162 < 1; l162++) {
-                                    for (long long l163 = 0; l163 < 1; l163++) {
-                                        for (long long l164 = 0; l164 < 64; l164++) {
-                                            for (long long l165 = 0; l165 < 32; l165++) {
-                                                (arena + 72392)[l162 * 2048 + l163 * 2048 + l164 * 32 + l165] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[(o1 + l162) * args->input_strides[1][0] + (o2 + l163) * args->input_strides[1][1] + (o148 + l164) * args->input_strides[1][2] + (o157 + l165) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l147 = 0; l147 < 1; l147++) {
+                                    for (long long l148 = 0; l148 < 1; l148++) {
+                                        for (long long l149 = 0; l149 < 64; l149++) {
+                                            for (long long l150 = 0; l150 < 32; l150++) {
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_bf16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 1; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            for (long long l169 = 0; l169 < 64; l169++) {
-                                                float a171 = 0.0f;
-                                                for (long long r170 = 0; r170 < 32; r170++) a171 += (arena + 70344)[l166 * 2048 + l167 * 2048 + l168 * 32 + r170 * 1] * (arena + 72392)[l166 * 2048 + l167 * 2048 + l169 * 32 + r170 * 1];
-                                                (arena + 74440)[l166 * 4096 + l167 * 4096 + l168 * 64 + l169] = a171;
+                                for (long long l151 = 0; l151 < 1; l151++) {
+                                    for (long long l152 = 0; l152 < 1; l152++) {
+                                        for (long long l153 = 0; l153 < 64; l153++) {
+                                            for (long long l154 = 0; l154 < 64; l154++) {
+                                                float a156 = 0.0f;
+                                                for (long long r155 = 0; r155 < 32; r155++) a156 += (arena + 70344)[l151 * 2048 + l152 * 2048 + l153 * 32 + r155 * 1] * (arena + 72392)[l151 * 2048 + l152 * 2048 + l154 * 32 + r155 * 1];
+                                                (arena + 74440)[l151 * 4096 + l152 * 4096 + l153 * 64 + l154] = a156;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l172 = 0; l172 < 1; l172++) {
-                                    for (long long l173 = 0; l173 < 1; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            for (long long l175 = 0; l175 < 64; l175++) {
-                                                (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] = (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] + (arena + 74440)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175];
+                                for (long long l157 = 0; l157 < 1; l157++) {
+                                    for (long long l158 = 0; l158 < 1; l158++) {
+                                        for (long long l159 = 0; l159 < 64; l159++) {
+                                            for (long long l160 = 0; l160 < 64; l160++) {
+                                                (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] + (arena + 74440)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l176 = 0; l176 < 1; l176++) {
-                                for (long long l177 = 0; l177 < 1; l177++) {
-                                    for (long long l178 = 0; l178 < 64; l178++) {
-                                        for (long long l179 = 0; l179 < 64; l179++) {
-                                            (arena + 78536)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179] = (arena + 152652)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179];
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 64; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78536)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 152652)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
                                         }
                                     }
                                 }
                             }
                             (arena + 82632)[0] = (float)s5;
                             (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-                            for (long long l180 = 0; l180 < 1; l180++) {
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 64; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            (arena + 82634)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] = ((arena + 78536)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] * (arena + 82633)[0]);
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 64; l168++) {
+                                            (arena + 82634)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = ((arena + 78536)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] * (arena + 82633)[0]);
                                         }
                                     }
                                 }
                             }
                             (arena + 86730)[0] = INFINITY;
                             (arena + 86731)[0] = (-(arena + 86730)[0]);
-                            for (long long l184 = 0; l184 < 1; l184++) {
-                                for (long long l185 = 0; l185 < 1; l185++) {
-                                    for (long long l186 = 0; l186 < 64; l186++) {
-                                        for (long long l187 = 0; l187 < 64; l187++) {
-                                            (arena + 86732)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] = (arena + 66248)[l186 * 64 + l187] != 0.0f ? (arena + 82634)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] : (arena + 86731)[0];
+                            for (long long l169 = 0; l169 < 1; l169++) {
+                                for (long long l170 = 0; l170 < 1; l170++) {
+                                    for (long long l171 = 0; l171 < 64; l171++) {
+                                        for (long long l172 = 0; l172 < 64; l172++) {
+                                            (arena + 86732)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = (arena + 66248)[l171 * 64 + l172] != 0.0f ? (arena + 82634)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] : (arena + 86731)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l188 = 0; l188 < 1; l188++) {
-                                for (long long l189 = 0; l189 < 1; l189++) {
-                                    for (long long l190 = 0; l190 < 64; l190++) {
-                                        (arena + 90828)[l188 * 64 + l189 * 64 + l190] = (arena + 140172)[l188 * 64 + l189 * 64 + l190];
+                            for (long long l173 = 0; l173 < 1; l173++) {
+                                for (long long l174 = 0; l174 < 1; l174++) {
+                                    for (long long l175 = 0; l175 < 64; l175++) {
+                                        for (long long l176 = 0; l176 < 64; l176++) {
+                                            (arena + 90892)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 86732)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 28868)[l173 * 64 + l174 * 64 + l175]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l191 = 0; l191 < 1; l191++) {
-                                for (long long l192 = 0; l192 < 1; l192++) {
-                                    for (long long l193 = 0; l193 < 64; l193++) {
-                                        for (long long l194 = 0; l194 < 64; l194++) {
-                                            (arena + 90892)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] = ((arena + 86732)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] - (arena + 90828)[l191 * 64 + l192 * 64 + l193]);
+                            for (long long l177 = 0; l177 < 1; l177++) {
+                                for (long long l178 = 0; l178 < 1; l178++) {
+                                    for (long long l179 = 0; l179 < 64; l179++) {
+                                        for (long long l180 = 0; l180 < 64; l180++) {
+                                            (arena + 94988)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 90892)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l181 = 0; l181 < 1; l181++) {
+                                for (long long l182 = 0; l182 < 1; l182++) {
+                                    for (long long l183 = 0; l183 < 64; l183++) {
+                                        for (long long l184 = 0; l184 < 64; l184++) {
+                                            (arena + 99084)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o133 + l184 < s3) ? (arena + 94988)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l185 = 0; l185 < 1; l185++) {
+                                for (long long l186 = 0; l186 < 1; l186++) {
+                                    for (long long l187 = 0; l187 < 128; l187++) {
+                                        for (long long l188 = 0; l188 < 64; l188++) {
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_bf16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l189 = 0; l189 < 1; l189++) {
+                                for (long long l190 = 0; l190 < 1; l190++) {
+                                    for (long long l191 = 0; l191 < 64; l191++) {
+                                        for (long long l192 = 0; l192 < 128; l192++) {
+                                            float a194 = 0.0f;
+                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 99084)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 103180)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
+                                            (arena + 111372)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
                                         }
                                     }
                                 }
@@ -2680,81 +2490,36 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l195 = 0; l195 < 1; l195++) {
                                 for (long long l196 = 0; l196 < 1; l196++) {
                                     for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 64; l198++) {
-                                            (arena + 94988)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198] = expf((arena + 90892)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l199 = 0; l199 < 1; l199++) {
-                                for (long long l200 = 0; l200 < 1; l200++) {
-                                    for (long long l201 = 0; l201 < 64; l201++) {
-                                        for (long long l202 = 0; l202 < 64; l202++) {
-                                            (arena + 99084)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] = (o148 + l202 < s3) ? (arena + 94988)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l203 = 0; l203 < 1; l203++) {
-                                for (long long l204 = 0; l204 < 1; l204++) {
-                                    for (long long l205 = 0; l205 < 128; l205++) {
-                                        for (long long l206 = 0; l206 < 64; l206++) {
-                                            (arena + 103180)[l203 * 8192 + l204 * 8192 + l205 * 64 + l206] = (o1 + l203 < s0 && o2 + l204 < s1 && o148 + l206 < s3 && o143 + l205 < s4) ? dt_load_bf16(in2[(o1 + l203) * args->input_strides[2][0] + (o2 + l204) * args->input_strides[2][1] + (o148 + l206) * args->input_strides[2][2] + (o143 + l205) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l207 = 0; l207 < 1; l207++) {
-                                for (long long l208 = 0; l208 < 1; l208++) {
-                                    for (long long l209 = 0; l209 < 64; l209++) {
-                                        for (long long l210 = 0; l210 < 128; l210++) {
-                                            float a212 = 0.0f;
-                                            for (long long r211 = 0; r211 < 64; r211++) a212 += (arena + 99084)[l207 * 4096 + l208 * 4096 + l209 * 64 + r211 * 1] * (arena + 103180)[l207 * 8192 + l208 * 8192 + l210 * 64 + r211 * 1];
-                                            (arena + 111372)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210] = a212;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] + (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216];
+                                        for (long long l198 = 0; l198 < 128; l198++) {
+                                            (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 111372)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l217 = 0; l217 < 1; l217++) {
-                            for (long long l218 = 0; l218 < 1; l218++) {
-                                for (long long l219 = 0; l219 < 64; l219++) {
-                                    for (long long l220 = 0; l220 < 128; l220++) {
-                                        (arena + 119564)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220] = (arena + 144460)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220];
+                        for (long long l199 = 0; l199 < 1; l199++) {
+                            for (long long l200 = 0; l200 < 1; l200++) {
+                                for (long long l201 = 0; l201 < 64; l201++) {
+                                    for (long long l202 = 0; l202 < 128; l202++) {
+                                        (arena + 119564)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 144460)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
                                     }
                                 }
                             }
                         }
-                        for (long long l221 = 0; l221 < 1; l221++) {
-                            for (long long l222 = 0; l222 < 1; l222++) {
-                                for (long long l223 = 0; l223 < 64; l223++) {
-                                    (arena + 127756)[l221 * 64 + l222 * 64 + l223] = (arena + 144396)[l221 * 64 + l222 * 64 + l223];
-                                }
-                            }
-                        }
-                        for (long long l224 = 0; l224 < 1; l224++) {
-                            for (long long l225 = 0; l225 < 1; l225++) {
-                                for (long long l226 = 0; l226 < 64; l226++) {
-                                    for (long long l227 = 0; l227 < 128; l227++) {
-                                        (arena + 127820)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] = ((arena + 119564)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] / (arena + 127756)[l224 * 64 + l225 * 64 + l226]);
+                        for (long long l203 = 0; l203 < 1; l203++) {
+                            for (long long l204 = 0; l204 < 1; l204++) {
+                                for (long long l205 = 0; l205 < 64; l205++) {
+                                    for (long long l206 = 0; l206 < 128; l206++) {
+                                        (arena + 127820)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 119564)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 66056)[l203 * 64 + l204 * 64 + l205]);
                                     }
                                 }
                             }
                         }
-                        for (long long l228 = 0; l228 < 1; l228++) {
-                            for (long long l229 = 0; l229 < 1; l229++) {
-                                for (long long l230 = 0; l230 < 64; l230++) {
-                                    for (long long l231 = 0; l231 < 128; l231++) {
-                                        if (o1 + l228 < s0 && o2 + l229 < s1 && o3 + l230 < s2 && o143 + l231 < s4) out[(o1 + l228) * args->output_strides[0] + (o2 + l229) * args->output_strides[1] + (o3 + l230) * args->output_strides[2] + (o143 + l231) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l228 * 8192 + l229 * 8192 + l230 * 128 + l231]);
+                        for (long long l207 = 0; l207 < 1; l207++) {
+                            for (long long l208 = 0; l208 < 1; l208++) {
+                                for (long long l209 = 0; l209 < 64; l209++) {
+                                    for (long long l210 = 0; l210 < 128; l210++) {
+                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o128 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o128 + l210) * args->output_strides[3]] = dt_store_bf16((arena + 127820)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
                                     }
                                 }
                             }
@@ -2783,12 +2548,16 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-        const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-        const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n3 = (long long)(dt_cdiv(s4, 128));
+        const long long g3 = rest % n3; rest /= n3;
+        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 1));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along b */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
@@ -2939,68 +2708,64 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             }
                         }
                     }
-                    /* mc.fuse_at(attention_causal, i) */
+                    /* rsum identity */
                     for (long long l62 = 0; l62 < 1; l62++) {
                         for (long long l63 = 0; l63 < 1; l63++) {
                             for (long long l64 = 0; l64 < 64; l64++) {
-                                (arena + 140172)[l62 * 64 + l63 * 64 + l64] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l65 = 0; l65 < 1; l65++) {
-                        for (long long l66 = 0; l66 < 1; l66++) {
-                            for (long long l67 = 0; l67 < 64; l67++) {
-                                (arena + 140172)[l65 * 64 + l66 * 64 + l67] = (arena + 28868)[l65 * 64 + l66 * 64 + l67];
-                            }
-                        }
-                    }
-                    /* rsum identity */
-                    for (long long l68 = 0; l68 < 1; l68++) {
-                        for (long long l69 = 0; l69 < 1; l69++) {
-                            for (long long l70 = 0; l70 < 64; l70++) {
-                                (arena + 140236)[l68 * 64 + l69 * 64 + l70] = 0e0f;
+                                (arena + 140236)[l62 * 64 + l63 * 64 + l64] = 0e0f;
                             }
                         }
                     }
                     /* rsum attention_causal.tensorize(j:64) */
-                    for (long long o71 = 0; o71 < s3; o71 += 64) {
-                        for (long long l72 = 0; l72 < 64; l72++) {
-                            (arena + 28932)[l72] = (float)(o71 + l72);
+                    for (long long o65 = 0; o65 < s3; o65 += 64) {
+                        for (long long l66 = 0; l66 < 64; l66++) {
+                            (arena + 28932)[l66] = (float)(o65 + l66);
                         }
-                        for (long long l73 = 0; l73 < 64; l73++) {
-                            (arena + 28996)[l73] = (float)(o3 + l73);
+                        for (long long l67 = 0; l67 < 64; l67++) {
+                            (arena + 28996)[l67] = (float)(o3 + l67);
                         }
-                        for (long long l74 = 0; l74 < 64; l74++) {
-                            for (long long l75 = 0; l75 < 64; l75++) {
-                                (arena + 29060)[l74 * 64 + l75] = (((arena + 28932)[l75]) <= ((arena + 28996)[l74]) ? 1.0f : 0.0f);
+                        for (long long l68 = 0; l68 < 64; l68++) {
+                            for (long long l69 = 0; l69 < 64; l69++) {
+                                (arena + 29060)[l68 * 64 + l69] = (((arena + 28932)[l69]) <= ((arena + 28996)[l68]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
-                        for (long long l76 = 0; l76 < 1; l76++) {
-                            for (long long l77 = 0; l77 < 1; l77++) {
-                                for (long long l78 = 0; l78 < 64; l78++) {
-                                    for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 140300)[l76 * 4096 + l77 * 4096 + l78 * 64 + l79] = 0e0f;
+                        for (long long l70 = 0; l70 < 1; l70++) {
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 64; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 140300)[l70 * 4096 + l71 * 4096 + l72 * 64 + l73] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o80 = 0; o80 < s5; o80 += 32) {
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        for (long long l84 = 0; l84 < 32; l84++) {
-                                            (arena + 33156)[l81 * 2048 + l82 * 2048 + l83 * 32 + l84] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[(o1 + l81) * args->input_strides[0][0] + (o2 + l82) * args->input_strides[0][1] + (o3 + l83) * args->input_strides[0][2] + (o80 + l84) * args->input_strides[0][3]]) : 0.0f;
+                        for (long long o74 = 0; o74 < s5; o74 += 32) {
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 64; l77++) {
+                                        for (long long l78 = 0; l78 < 32; l78++) {
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f32(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        for (long long l88 = 0; l88 < 32; l88++) {
-                                            (arena + 35204)[l85 * 2048 + l86 * 2048 + l87 * 32 + l88] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[(o1 + l85) * args->input_strides[1][0] + (o2 + l86) * args->input_strides[1][1] + (o71 + l87) * args->input_strides[1][2] + (o80 + l88) * args->input_strides[1][3]]) : 0.0f;
+                            for (long long l79 = 0; l79 < 1; l79++) {
+                                for (long long l80 = 0; l80 < 1; l80++) {
+                                    for (long long l81 = 0; l81 < 64; l81++) {
+                                        for (long long l82 = 0; l82 < 32; l82++) {
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f32(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        for (long long l86 = 0; l86 < 64; l86++) {
+                                            float a88 = 0.0f;
+                                            for (long long r87 = 0; r87 < 32; r87++) a88 += (arena + 33156)[l83 * 2048 + l84 * 2048 + l85 * 32 + r87 * 1] * (arena + 35204)[l83 * 2048 + l84 * 2048 + l86 * 32 + r87 * 1];
+                                            (arena + 37252)[l83 * 4096 + l84 * 4096 + l85 * 64 + l86] = a88;
                                         }
                                     }
                                 }
@@ -3009,246 +2774,244 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 64; l91++) {
                                         for (long long l92 = 0; l92 < 64; l92++) {
-                                            float a94 = 0.0f;
-                                            for (long long r93 = 0; r93 < 32; r93++) a94 += (arena + 33156)[l89 * 2048 + l90 * 2048 + l91 * 32 + r93 * 1] * (arena + 35204)[l89 * 2048 + l90 * 2048 + l92 * 32 + r93 * 1];
-                                            (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = a94;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 64; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] = (arena + 140300)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98] + (arena + 37252)[l95 * 4096 + l96 * 4096 + l97 * 64 + l98];
+                                            (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = (arena + 140300)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] + (arena + 37252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l99 = 0; l99 < 1; l99++) {
-                            for (long long l100 = 0; l100 < 1; l100++) {
-                                for (long long l101 = 0; l101 < 64; l101++) {
-                                    for (long long l102 = 0; l102 < 64; l102++) {
-                                        (arena + 41348)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102] = (arena + 140300)[l99 * 4096 + l100 * 4096 + l101 * 64 + l102];
+                        for (long long l93 = 0; l93 < 1; l93++) {
+                            for (long long l94 = 0; l94 < 1; l94++) {
+                                for (long long l95 = 0; l95 < 64; l95++) {
+                                    for (long long l96 = 0; l96 < 64; l96++) {
+                                        (arena + 41348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (arena + 140300)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96];
                                     }
                                 }
                             }
                         }
                         (arena + 45444)[0] = (float)s5;
                         (arena + 45445)[0] = dt_rsqrt((arena + 45444)[0]);
-                        for (long long l103 = 0; l103 < 1; l103++) {
-                            for (long long l104 = 0; l104 < 1; l104++) {
-                                for (long long l105 = 0; l105 < 64; l105++) {
-                                    for (long long l106 = 0; l106 < 64; l106++) {
-                                        (arena + 45446)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] = ((arena + 41348)[l103 * 4096 + l104 * 4096 + l105 * 64 + l106] * (arena + 45445)[0]);
+                        for (long long l97 = 0; l97 < 1; l97++) {
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l100 = 0; l100 < 64; l100++) {
+                                        (arena + 45446)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = ((arena + 41348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] * (arena + 45445)[0]);
                                     }
                                 }
                             }
                         }
                         (arena + 49542)[0] = INFINITY;
                         (arena + 49543)[0] = (-(arena + 49542)[0]);
-                        for (long long l107 = 0; l107 < 1; l107++) {
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 64; l109++) {
-                                    for (long long l110 = 0; l110 < 64; l110++) {
-                                        (arena + 49544)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] = (arena + 29060)[l109 * 64 + l110] != 0.0f ? (arena + 45446)[l107 * 4096 + l108 * 4096 + l109 * 64 + l110] : (arena + 49543)[0];
+                        for (long long l101 = 0; l101 < 1; l101++) {
+                            for (long long l102 = 0; l102 < 1; l102++) {
+                                for (long long l103 = 0; l103 < 64; l103++) {
+                                    for (long long l104 = 0; l104 < 64; l104++) {
+                                        (arena + 49544)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (arena + 29060)[l103 * 64 + l104] != 0.0f ? (arena + 45446)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : (arena + 49543)[0];
                                     }
                                 }
                             }
                         }
-                        for (long long l111 = 0; l111 < 1; l111++) {
-                            for (long long l112 = 0; l112 < 1; l112++) {
-                                for (long long l113 = 0; l113 < 64; l113++) {
-                                    (arena + 53640)[l111 * 64 + l112 * 64 + l113] = (arena + 140172)[l111 * 64 + l112 * 64 + l113];
-                                }
-                            }
-                        }
-                        for (long long l114 = 0; l114 < 1; l114++) {
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 64; l116++) {
-                                    for (long long l117 = 0; l117 < 64; l117++) {
-                                        (arena + 53704)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] = ((arena + 49544)[l114 * 4096 + l115 * 4096 + l116 * 64 + l117] - (arena + 53640)[l114 * 64 + l115 * 64 + l116]);
+                        for (long long l105 = 0; l105 < 1; l105++) {
+                            for (long long l106 = 0; l106 < 1; l106++) {
+                                for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l108 = 0; l108 < 64; l108++) {
+                                        (arena + 53704)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = ((arena + 49544)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] - (arena + 28868)[l105 * 64 + l106 * 64 + l107]);
                                     }
                                 }
                             }
                         }
-                        for (long long l118 = 0; l118 < 1; l118++) {
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 64; l120++) {
-                                    for (long long l121 = 0; l121 < 64; l121++) {
-                                        (arena + 57800)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121] = expf((arena + 53704)[l118 * 4096 + l119 * 4096 + l120 * 64 + l121]);
+                        for (long long l109 = 0; l109 < 1; l109++) {
+                            for (long long l110 = 0; l110 < 1; l110++) {
+                                for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l112 = 0; l112 < 64; l112++) {
+                                        (arena + 57800)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = expf((arena + 53704)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112]);
                                     }
+                                }
+                            }
+                        }
+                        for (long long l113 = 0; l113 < 1; l113++) {
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l116 = 0; l116 < 64; l116++) {
+                                        (arena + 61896)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] = (o65 + l116 < s3) ? (arena + 57800)[l113 * 4096 + l114 * 4096 + l115 * 64 + l116] : 0e0f;
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l117 = 0; l117 < 1; l117++) {
+                            for (long long l118 = 0; l118 < 1; l118++) {
+                                for (long long l119 = 0; l119 < 64; l119++) {
+                                    float a121 = 0e0f;
+                                    for (long long r120 = 0; r120 < 64; r120++) a121 = a121 + (arena + 61896)[l117 * 4096 + l118 * 4096 + l119 * 64 + r120 * 1];
+                                    (arena + 65992)[l117 * 64 + l118 * 64 + l119] = a121;
                                 }
                             }
                         }
                         for (long long l122 = 0; l122 < 1; l122++) {
                             for (long long l123 = 0; l123 < 1; l123++) {
                                 for (long long l124 = 0; l124 < 64; l124++) {
-                                    for (long long l125 = 0; l125 < 64; l125++) {
-                                        (arena + 61896)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] = (o71 + l125 < s3) ? (arena + 57800)[l122 * 4096 + l123 * 4096 + l124 * 64 + l125] : 0e0f;
-                                    }
+                                    (arena + 140236)[l122 * 64 + l123 * 64 + l124] = (arena + 140236)[l122 * 64 + l123 * 64 + l124] + (arena + 65992)[l122 * 64 + l123 * 64 + l124];
                                 }
                             }
                         }
+                    }
+                    for (long long l125 = 0; l125 < 1; l125++) {
                         for (long long l126 = 0; l126 < 1; l126++) {
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 64; l128++) {
-                                    float a130 = 0e0f;
-                                    for (long long r129 = 0; r129 < 64; r129++) a130 = a130 + (arena + 61896)[l126 * 4096 + l127 * 4096 + l128 * 64 + r129 * 1];
-                                    (arena + 65992)[l126 * 64 + l127 * 64 + l128] = a130;
-                                }
-                            }
-                        }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 140236)[l131 * 64 + l132 * 64 + l133] = (arena + 140236)[l131 * 64 + l132 * 64 + l133] + (arena + 65992)[l131 * 64 + l132 * 64 + l133];
-                                }
-                            }
-                        }
-                    }
-                    for (long long l134 = 0; l134 < 1; l134++) {
-                        for (long long l135 = 0; l135 < 1; l135++) {
-                            for (long long l136 = 0; l136 < 64; l136++) {
-                                (arena + 66056)[l134 * 64 + l135 * 64 + l136] = (arena + 140236)[l134 * 64 + l135 * 64 + l136];
-                            }
-                        }
-                    }
-                    /* lc.fuse_at(attention_causal, i) */
-                    for (long long l137 = 0; l137 < 1; l137++) {
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 64; l139++) {
-                                (arena + 144396)[l137 * 64 + l138 * 64 + l139] = 0e0f;
-                            }
-                        }
-                    }
-                    for (long long l140 = 0; l140 < 1; l140++) {
-                        for (long long l141 = 0; l141 < 1; l141++) {
-                            for (long long l142 = 0; l142 < 64; l142++) {
-                                (arena + 144396)[l140 * 64 + l141 * 64 + l142] = (arena + 66056)[l140 * 64 + l141 * 64 + l142];
+                            for (long long l127 = 0; l127 < 64; l127++) {
+                                (arena + 66056)[l125 * 64 + l126 * 64 + l127] = (arena + 140236)[l125 * 64 + l126 * 64 + l127];
                             }
                         }
                     }
                     /* block(e:128) attention_causal.tensorize(e:0) */
-                    for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                    for (long long o128 = b4 * 128; o128 < dt_min_ll(b4 * 128 + 128, s4); o128 += 128) {
                         /* rdot accumulator */
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 64; l146++) {
-                                    for (long long l147 = 0; l147 < 128; l147++) {
-                                        (arena + 144460)[l144 * 8192 + l145 * 8192 + l146 * 128 + l147] = 0e0f;
+                        for (long long l129 = 0; l129 < 1; l129++) {
+                            for (long long l130 = 0; l130 < 1; l130++) {
+                                for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l132 = 0; l132 < 128; l132++) {
+                                        (arena + 144460)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = 0e0f;
                                     }
                                 }
                             }
                         }
                         /* rdot attention_causal.tensorize(j:64) */
-                        for (long long o148 = 0; o148 < s3; o148 += 64) {
-                            for (long long l149 = 0; l149 < 64; l149++) {
-                                (arena + 66120)[l149] = (float)(o148 + l149);
+                        for (long long o133 = 0; o133 < s3; o133 += 64) {
+                            for (long long l134 = 0; l134 < 64; l134++) {
+                                (arena + 66120)[l134] = (float)(o133 + l134);
                             }
-                            for (long long l150 = 0; l150 < 64; l150++) {
-                                (arena + 66184)[l150] = (float)(o3 + l150);
+                            for (long long l135 = 0; l135 < 64; l135++) {
+                                (arena + 66184)[l135] = (float)(o3 + l135);
                             }
-                            for (long long l151 = 0; l151 < 64; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
-                                    (arena + 66248)[l151 * 64 + l152] = (((arena + 66120)[l152]) <= ((arena + 66184)[l151]) ? 1.0f : 0.0f);
+                            for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l137 = 0; l137 < 64; l137++) {
+                                    (arena + 66248)[l136 * 64 + l137] = (((arena + 66120)[l137]) <= ((arena + 66184)[l136]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 1; l154++) {
-                                    for (long long l155 = 0; l155 < 64; l155++) {
-                                        for (long long l156 = 0; l156 < 64; l156++) {
-                                            (arena + 152652)[l153 * 4096 + l154 * 4096 + l155 * 64 + l156] = 0e0f;
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 1; l139++) {
+                                    for (long long l140 = 0; l140 < 64; l140++) {
+                                        for (long long l141 = 0; l141 < 64; l141++) {
+                                            (arena + 152652)[l138 * 4096 + l139 * 4096 + l140 * 64 + l141] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             /* rdot attention_causal.tensorize(d:32) */
-                            for (long long o157 = 0; o157 < s5; o157 += 32) {
-                                for (long long l158 = 0; l158 < 1; l158++) {
-                                    for (long long l159 = 0; l159 < 1; l159++) {
-                                        for (long long l160 = 0; l160 < 64; l160++) {
-                                            for (long long l161 = 0; l161 < 32; l161++) {
-                                                (arena + 70344)[l158 * 2048 + l159 * 2048 + l160 * 32 + l161] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[(o1 + l158) * args->input_strides[0][0] + (o2 + l159) * args->input_strides[0][1] + (o3 + l160) * args->input_strides[0][2] + (o157 + l161) * args->input_strides[0][3]]) : 0.0f;
+                            for (long long o142 = 0; o142 < s5; o142 += 32) {
+                                for (long long l143 = 0; l143 < 1; l143++) {
+                                    for (long long l144 = 0; l144 < 1; l144++) {
+                                        for (long long l145 = 0; l145 < 64; l145++) {
+                                            for (long long l146 = 0; l146 < 32; l146++) {
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f32(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l162 = 0; l162 < 1; l162++) {
-                                    for (long long l163 = 0; l163 < 1; l163++) {
-                                        for (long long l164 = 0; l164 < 64; l164++) {
-                                            for (long long l165 = 0; l165 < 32; l165++) {
-                                                (arena + 72392)[l162 * 2048 + l163 * 2048 + l164 * 32 + l165] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[(o1 + l162) * args->input_strides[1][0] + (o2 + l163) * args->input_strides[1][1] + (o148 + l164) * args->input_strides[1][2] + (o157 + l165) * args->input_strides[1][3]]) : 0.0f;
+                                for (long long l147 = 0; l147 < 1; l147++) {
+                                    for (long long l148 = 0; l148 < 1; l148++) {
+                                        for (long long l149 = 0; l149 < 64; l149++) {
+                                            for (long long l150 = 0; l150 < 32; l150++) {
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f32(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l166 = 0; l166 < 1; l166++) {
-                                    for (long long l167 = 0; l167 < 1; l167++) {
-                                        for (long long l168 = 0; l168 < 64; l168++) {
-                                            for (long long l169 = 0; l169 < 64; l169++) {
-                                                float a171 = 0.0f;
-                                                for (long long r170 = 0; r170 < 32; r170++) a171 += (arena + 70344)[l166 * 2048 + l167 * 2048 + l168 * 32 + r170 * 1] * (arena + 72392)[l166 * 2048 + l167 * 2048 + l169 * 32 + r170 * 1];
-                                                (arena + 74440)[l166 * 4096 + l167 * 4096 + l168 * 64 + l169] = a171;
+                                for (long long l151 = 0; l151 < 1; l151++) {
+                                    for (long long l152 = 0; l152 < 1; l152++) {
+                                        for (long long l153 = 0; l153 < 64; l153++) {
+                                            for (long long l154 = 0; l154 < 64; l154++) {
+                                                float a156 = 0.0f;
+                                                for (long long r155 = 0; r155 < 32; r155++) a156 += (arena + 70344)[l151 * 2048 + l152 * 2048 + l153 * 32 + r155 * 1] * (arena + 72392)[l151 * 2048 + l152 * 2048 + l154 * 32 + r155 * 1];
+                                                (arena + 74440)[l151 * 4096 + l152 * 4096 + l153 * 64 + l154] = a156;
                                             }
                                         }
                                     }
                                 }
-                                for (long long l172 = 0; l172 < 1; l172++) {
-                                    for (long long l173 = 0; l173 < 1; l173++) {
-                                        for (long long l174 = 0; l174 < 64; l174++) {
-                                            for (long long l175 = 0; l175 < 64; l175++) {
-                                                (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] = (arena + 152652)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175] + (arena + 74440)[l172 * 4096 + l173 * 4096 + l174 * 64 + l175];
+                                for (long long l157 = 0; l157 < 1; l157++) {
+                                    for (long long l158 = 0; l158 < 1; l158++) {
+                                        for (long long l159 = 0; l159 < 64; l159++) {
+                                            for (long long l160 = 0; l160 < 64; l160++) {
+                                                (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] = (arena + 152652)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160] + (arena + 74440)[l157 * 4096 + l158 * 4096 + l159 * 64 + l160];
                                             }
                                         }
                                     }
                                 }
                             }
-                            for (long long l176 = 0; l176 < 1; l176++) {
-                                for (long long l177 = 0; l177 < 1; l177++) {
-                                    for (long long l178 = 0; l178 < 64; l178++) {
-                                        for (long long l179 = 0; l179 < 64; l179++) {
-                                            (arena + 78536)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179] = (arena + 152652)[l176 * 4096 + l177 * 4096 + l178 * 64 + l179];
+                            for (long long l161 = 0; l161 < 1; l161++) {
+                                for (long long l162 = 0; l162 < 1; l162++) {
+                                    for (long long l163 = 0; l163 < 64; l163++) {
+                                        for (long long l164 = 0; l164 < 64; l164++) {
+                                            (arena + 78536)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164] = (arena + 152652)[l161 * 4096 + l162 * 4096 + l163 * 64 + l164];
                                         }
                                     }
                                 }
                             }
                             (arena + 82632)[0] = (float)s5;
                             (arena + 82633)[0] = dt_rsqrt((arena + 82632)[0]);
-                            for (long long l180 = 0; l180 < 1; l180++) {
-                                for (long long l181 = 0; l181 < 1; l181++) {
-                                    for (long long l182 = 0; l182 < 64; l182++) {
-                                        for (long long l183 = 0; l183 < 64; l183++) {
-                                            (arena + 82634)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] = ((arena + 78536)[l180 * 4096 + l181 * 4096 + l182 * 64 + l183] * (arena + 82633)[0]);
+                            for (long long l165 = 0; l165 < 1; l165++) {
+                                for (long long l166 = 0; l166 < 1; l166++) {
+                                    for (long long l167 = 0; l167 < 64; l167++) {
+                                        for (long long l168 = 0; l168 < 64; l168++) {
+                                            (arena + 82634)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] = ((arena + 78536)[l165 * 4096 + l166 * 4096 + l167 * 64 + l168] * (arena + 82633)[0]);
                                         }
                                     }
                                 }
                             }
                             (arena + 86730)[0] = INFINITY;
                             (arena + 86731)[0] = (-(arena + 86730)[0]);
-                            for (long long l184 = 0; l184 < 1; l184++) {
-                                for (long long l185 = 0; l185 < 1; l185++) {
-                                    for (long long l186 = 0; l186 < 64; l186++) {
-                                        for (long long l187 = 0; l187 < 64; l187++) {
-                                            (arena + 86732)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] = (arena + 66248)[l186 * 64 + l187] != 0.0f ? (arena + 82634)[l184 * 4096 + l185 * 4096 + l186 * 64 + l187] : (arena + 86731)[0];
+                            for (long long l169 = 0; l169 < 1; l169++) {
+                                for (long long l170 = 0; l170 < 1; l170++) {
+                                    for (long long l171 = 0; l171 < 64; l171++) {
+                                        for (long long l172 = 0; l172 < 64; l172++) {
+                                            (arena + 86732)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] = (arena + 66248)[l171 * 64 + l172] != 0.0f ? (arena + 82634)[l169 * 4096 + l170 * 4096 + l171 * 64 + l172] : (arena + 86731)[0];
                                         }
                                     }
                                 }
                             }
-                            for (long long l188 = 0; l188 < 1; l188++) {
-                                for (long long l189 = 0; l189 < 1; l189++) {
-                                    for (long long l190 = 0; l190 < 64; l190++) {
-                                        (arena + 90828)[l188 * 64 + l189 * 64 + l190] = (arena + 140172)[l188 * 64 + l189 * 64 + l190];
+                            for (long long l173 = 0; l173 < 1; l173++) {
+                                for (long long l174 = 0; l174 < 1; l174++) {
+                                    for (long long l175 = 0; l175 < 64; l175++) {
+                                        for (long long l176 = 0; l176 < 64; l176++) {
+                                            (arena + 90892)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] = ((arena + 86732)[l173 * 4096 + l174 * 4096 + l175 * 64 + l176] - (arena + 28868)[l173 * 64 + l174 * 64 + l175]);
+                                        }
                                     }
                                 }
                             }
-                            for (long long l191 = 0; l191 < 1; l191++) {
-                                for (long long l192 = 0; l192 < 1; l192++) {
-                                    for (long long l193 = 0; l193 < 64; l193++) {
-                                        for (long long l194 = 0; l194 < 64; l194++) {
-                                            (arena + 90892)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] = ((arena + 86732)[l191 * 4096 + l192 * 4096 + l193 * 64 + l194] - (arena + 90828)[l191 * 64 + l192 * 64 + l193]);
+                            for (long long l177 = 0; l177 < 1; l177++) {
+                                for (long long l178 = 0; l178 < 1; l178++) {
+                                    for (long long l179 = 0; l179 < 64; l179++) {
+                                        for (long long l180 = 0; l180 < 64; l180++) {
+                                            (arena + 94988)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180] = expf((arena + 90892)[l177 * 4096 + l178 * 4096 + l179 * 64 + l180]);
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l181 = 0; l181 < 1; l181++) {
+                                for (long long l182 = 0; l182 < 1; l182++) {
+                                    for (long long l183 = 0; l183 < 64; l183++) {
+                                        for (long long l184 = 0; l184 < 64; l184++) {
+                                            (arena + 99084)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] = (o133 + l184 < s3) ? (arena + 94988)[l181 * 4096 + l182 * 4096 + l183 * 64 + l184] : 0e0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l185 = 0; l185 < 1; l185++) {
+                                for (long long l186 = 0; l186 < 1; l186++) {
+                                    for (long long l187 = 0; l187 < 128; l187++) {
+                                        for (long long l188 = 0; l188 < 64; l188++) {
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f32(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l189 = 0; l189 < 1; l189++) {
+                                for (long long l190 = 0; l190 < 1; l190++) {
+                                    for (long long l191 = 0; l191 < 64; l191++) {
+                                        for (long long l192 = 0; l192 < 128; l192++) {
+                                            float a194 = 0.0f;
+                                            for (long long r193 = 0; r193 < 64; r193++) a194 += (arena + 99084)[l189 * 4096 + l190 * 4096 + l191 * 64 + r193 * 1] * (arena + 103180)[l189 * 8192 + l190 * 8192 + l192 * 64 + r193 * 1];
+                                            (arena + 111372)[l189 * 8192 + l190 * 8192 + l191 * 128 + l192] = a194;
                                         }
                                     }
                                 }
@@ -3256,81 +3019,36 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l195 = 0; l195 < 1; l195++) {
                                 for (long long l196 = 0; l196 < 1; l196++) {
                                     for (long long l197 = 0; l197 < 64; l197++) {
-                                        for (long long l198 = 0; l198 < 64; l198++) {
-                                            (arena + 94988)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198] = expf((arena + 90892)[l195 * 4096 + l196 * 4096 + l197 * 64 + l198]);
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l199 = 0; l199 < 1; l199++) {
-                                for (long long l200 = 0; l200 < 1; l200++) {
-                                    for (long long l201 = 0; l201 < 64; l201++) {
-                                        for (long long l202 = 0; l202 < 64; l202++) {
-                                            (arena + 99084)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] = (o148 + l202 < s3) ? (arena + 94988)[l199 * 4096 + l200 * 4096 + l201 * 64 + l202] : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l203 = 0; l203 < 1; l203++) {
-                                for (long long l204 = 0; l204 < 1; l204++) {
-                                    for (long long l205 = 0; l205 < 128; l205++) {
-                                        for (long long l206 = 0; l206 < 64; l206++) {
-                                            (arena + 103180)[l203 * 8192 + l204 * 8192 + l205 * 64 + l206] = (o1 + l203 < s0 && o2 + l204 < s1 && o148 + l206 < s3 && o143 + l205 < s4) ? dt_load_f32(in2[(o1 + l203) * args->input_strides[2][0] + (o2 + l204) * args->input_strides[2][1] + (o148 + l206) * args->input_strides[2][2] + (o143 + l205) * args->input_strides[2][3]]) : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l207 = 0; l207 < 1; l207++) {
-                                for (long long l208 = 0; l208 < 1; l208++) {
-                                    for (long long l209 = 0; l209 < 64; l209++) {
-                                        for (long long l210 = 0; l210 < 128; l210++) {
-                                            float a212 = 0.0f;
-                                            for (long long r211 = 0; r211 < 64; r211++) a212 += (arena + 99084)[l207 * 4096 + l208 * 4096 + l209 * 64 + r211 * 1] * (arena + 103180)[l207 * 8192 + l208 * 8192 + l210 * 64 + r211 * 1];
-                                            (arena + 111372)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210] = a212;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l213 = 0; l213 < 1; l213++) {
-                                for (long long l214 = 0; l214 < 1; l214++) {
-                                    for (long long l215 = 0; l215 < 64; l215++) {
-                                        for (long long l216 = 0; l216 < 128; l216++) {
-                                            (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] = (arena + 144460)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216] + (arena + 111372)[l213 * 8192 + l214 * 8192 + l215 * 128 + l216];
+                                        for (long long l198 = 0; l198 < 128; l198++) {
+                                            (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] = (arena + 144460)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198] + (arena + 111372)[l195 * 8192 + l196 * 8192 + l197 * 128 + l198];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l217 = 0; l217 < 1; l217++) {
-                            for (long long l218 = 0; l218 < 1; l218++) {
-                                for (long long l219 = 0; l219 < 64; l219++) {
-                                    for (long long l220 = 0; l220 < 128; l220++) {
-                                        (arena + 119564)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220] = (arena + 144460)[l217 * 8192 + l218 * 8192 + l219 * 128 + l220];
+                        for (long long l199 = 0; l199 < 1; l199++) {
+                            for (long long l200 = 0; l200 < 1; l200++) {
+                                for (long long l201 = 0; l201 < 64; l201++) {
+                                    for (long long l202 = 0; l202 < 128; l202++) {
+                                        (arena + 119564)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202] = (arena + 144460)[l199 * 8192 + l200 * 8192 + l201 * 128 + l202];
                                     }
                                 }
                             }
                         }
-                        for (long long l221 = 0; l221 < 1; l221++) {
-                            for (long long l222 = 0; l222 < 1; l222++) {
-                                for (long long l223 = 0; l223 < 64; l223++) {
-                                    (arena + 127756)[l221 * 64 + l222 * 64 + l223] = (arena + 144396)[l221 * 64 + l222 * 64 + l223];
-                                }
-                            }
-                        }
-                        for (long long l224 = 0; l224 < 1; l224++) {
-                            for (long long l225 = 0; l225 < 1; l225++) {
-                                for (long long l226 = 0; l226 < 64; l226++) {
-                                    for (long long l227 = 0; l227 < 128; l227++) {
-                                        (arena + 127820)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] = ((arena + 119564)[l224 * 8192 + l225 * 8192 + l226 * 128 + l227] / (arena + 127756)[l224 * 64 + l225 * 64 + l226]);
+                        for (long long l203 = 0; l203 < 1; l203++) {
+                            for (long long l204 = 0; l204 < 1; l204++) {
+                                for (long long l205 = 0; l205 < 64; l205++) {
+                                    for (long long l206 = 0; l206 < 128; l206++) {
+                                        (arena + 127820)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] = ((arena + 119564)[l203 * 8192 + l204 * 8192 + l205 * 128 + l206] / (arena + 66056)[l203 * 64 + l204 * 64 + l205]);
                                     }
                                 }
                             }
                         }
-                        for (long long l228 = 0; l228 < 1; l228++) {
-                            for (long long l229 = 0; l229 < 1; l229++) {
-                                for (long long l230 = 0; l230 < 64; l230++) {
-                                    for (long long l231 = 0; l231 < 128; l231++) {
-                                        if (o1 + l228 < s0 && o2 + l229 < s1 && o3 + l230 < s2 && o143 + l231 < s4) out[(o1 + l228) * args->output_strides[0] + (o2 + l229) * args->output_strides[1] + (o3 + l230) * args->output_strides[2] + (o143 + l231) * args->output_strides[3]] = dt_store_f32((arena + 127820)[l228 * 8192 + l229 * 8192 + l230 * 128 + l231]);
+                        for (long long l207 = 0; l207 < 1; l207++) {
+                            for (long long l208 = 0; l208 < 1; l208++) {
+                                for (long long l209 = 0; l209 < 64; l209++) {
+                                    for (long long l210 = 0; l210 < 128; l210++) {
+                                        if (o1 + l207 < s0 && o2 + l208 < s1 && o3 + l209 < s2 && o128 + l210 < s4) out[(o1 + l207) * args->output_strides[0] + (o2 + l208) * args->output_strides[1] + (o3 + l209) * args->output_strides[2] + (o128 + l210) * args->output_strides[3]] = dt_store_f32((arena + 127820)[l207 * 8192 + l208 * 8192 + l209 * 128 + l210]);
                                     }
                                 }
                             }

@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -202,12 +219,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -251,10 +272,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l14 = (e / 256) % 1;
-                                    const int l15 = (e / 256) % 1;
-                                    const int l16 = (e / 4) % 64;
-                                    const int l17 = (e / 1) % 4;
+                                    const int l14 = (int)((unsigned)e / 256u % 1u);
+                                    const int l15 = (int)((unsigned)e / 256u % 1u);
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
                                     } else {
@@ -273,10 +294,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (e / 256) % 1;
-                                    const int l20 = (e / 256) % 1;
-                                    const int l21 = (e / 4) % 64;
-                                    const int l22 = (e / 1) % 4;
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 256u % 1u);
+                                    const int l21 = (int)((unsigned)e / 4u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 4u);
                                     if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
                                     } else {
@@ -396,22 +417,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -422,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o60 = 0; o60 < s3; o60 += 64) {
+                for (long long o54 = 0; o54 < s3; o54 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll
@@ -430,27 +435,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o65 = 0; o65 < s5; o65 += 32) {
+                    for (long long o59 = 0; o59 < s5; o59 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec66 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l67 = (e / 256) % 1;
-                                    const int l68 = (e / 256) % 1;
-                                    const int l69 = (e / 4) % 64;
-                                    const int l70 = (e / 1) % 4;
-                                    if (vec66 && o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8)], &in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8)) * args.input_strides[0][3]]);
+                                    const int l61 = (int)((unsigned)e / 256u % 1u);
+                                    const int l62 = (int)((unsigned)e / 256u % 1u);
+                                    const int l63 = (int)((unsigned)e / 4u % 64u);
+                                    const int l64 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec60 && o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8 + q)] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + q) < s5) ? in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = (o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + q) < s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -458,21 +463,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                         /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec71 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l72 = (e / 256) % 1;
-                                    const int l73 = (e / 256) % 1;
-                                    const int l74 = (e / 4) % 64;
-                                    const int l75 = (e / 1) % 4;
-                                    if (vec71 && o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8)], &in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8)) * args.input_strides[1][3]]);
+                                    const int l66 = (int)((unsigned)e / 256u % 1u);
+                                    const int l67 = (int)((unsigned)e / 256u % 1u);
+                                    const int l68 = (int)((unsigned)e / 4u % 64u);
+                                    const int l69 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec65 && o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8 + q)] = (o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + q) < s5) ? in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = (o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + q) < s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -530,45 +535,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) {
                         v16[r] = (v13[r] * (dt_smem + 0)[0]);
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l87 = 0;
-                        const int l88 = 0;
-                        const int l89 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v18[r] = (v16[r] - (dt_smem + 0)[l87 * 64 + l88 * 64 + l89]);
+                        const int l78 = 0;
+                        const int l79 = 0;
+                        const int l80 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
                     }
                     float v19[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v19[r] = expf(v18[r]);
+                        v19[r] = dt_fast_exp(v18[r]);
                     }
                     float v20[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l98 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = (o60 + l98 < s3) ? v19[r] : 0e0f;
+                        const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = (o54 + l89 < s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l99 = 0;
-                        const int l100 = 0;
-                        const int l101 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l102 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l99 * 4096 + l100 * 4096 + l101 * 64 + l102;
+                        const int l90 = 0;
+                        const int l91 = 0;
+                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
                         (dt_smem + 0)[e] = v20[r];
                     }
                     __syncthreads();
@@ -579,10 +576,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l103 = (j / 64) % 1;
-                            const int l104 = (j / 64) % 1;
-                            const int l105 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l103 * 4096 + l104 * 4096 + l105 * 64 + i * 1];
+                            const int l94 = (j / 64) % 1;
+                            const int l95 = (j / 64) % 1;
+                            const int l96 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -611,24 +608,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o121 = b4 * 128; o121 < dt_min_ll(b4 * 128 + 128, s4); o121 += 128) {
+                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -639,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o126 = 0; o126 < s3; o126 += 64) {
+                    for (long long o111 = 0; o111 < s3; o111 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll
@@ -647,27 +628,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o131 = 0; o131 < s5; o131 += 32) {
+                        for (long long o116 = 0; o116 < s5; o116 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec132 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l133 = (e / 256) % 1;
-                                        const int l134 = (e / 256) % 1;
-                                        const int l135 = (e / 4) % 64;
-                                        const int l136 = (e / 1) % 4;
-                                        if (vec132 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8)], &in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8)) * args.input_strides[0][3]]);
+                                        const int l118 = (int)((unsigned)e / 256u % 1u);
+                                        const int l119 = (int)((unsigned)e / 256u % 1u);
+                                        const int l120 = (int)((unsigned)e / 4u % 64u);
+                                        const int l121 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec117 && o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8 + q)] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + q) < s5) ? in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = (o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + q) < s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -675,21 +656,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             }
                             /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec137 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l138 = (e / 256) % 1;
-                                        const int l139 = (e / 256) % 1;
-                                        const int l140 = (e / 4) % 64;
-                                        const int l141 = (e / 1) % 4;
-                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8)], &in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8)) * args.input_strides[1][3]]);
+                                        const int l123 = (int)((unsigned)e / 256u % 1u);
+                                        const int l124 = (int)((unsigned)e / 256u % 1u);
+                                        const int l125 = (int)((unsigned)e / 4u % 64u);
+                                        const int l126 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec122 && o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + q) < s5) ? in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = (o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + q) < s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -747,57 +728,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             v29[r] = (v26[r] * (dt_smem + 0)[0]);
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l153 = 0;
-                            const int l154 = 0;
-                            const int l155 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v31[r] = (v29[r] - (dt_smem + 0)[l153 * 64 + l154 * 64 + l155]);
+                            const int l135 = 0;
+                            const int l136 = 0;
+                            const int l137 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v32[r] = expf(v31[r]);
+                            v32[r] = dt_fast_exp(v31[r]);
                         }
                         float v33[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l164 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = (o126 + l164 < s3) ? v32[r] : 0e0f;
+                            const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = (o111 + l146 < s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l165 = (e / 8192) % 1;
-                                const int l166 = (e / 8192) % 1;
-                                const int l167 = (e / 64) % 128;
-                                const int l168 = (e / 1) % 64;
-                                v34[r] = (o1 + l165 < s0 && o2 + l166 < s1 && o126 + l168 < s3 && o121 + l167 < s4) ? dt_load_f16(in2[(o1 + l165) * args.input_strides[2][0] + (o2 + l166) * args.input_strides[2][1] + (o126 + l168) * args.input_strides[2][2] + (o121 + l167) * args.input_strides[2][3]]) : 0.0f;
+                                const int l147 = (int)((unsigned)e / 8192u % 1u);
+                                const int l148 = (int)((unsigned)e / 8192u % 1u);
+                                const int l149 = (int)((unsigned)e / 64u % 128u);
+                                const int l150 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l147 < s0 && o2 + l148 < s1 && o111 + l150 < s3 && o106 + l149 < s4) ? dt_load_f16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l169 = 0;
-                            const int l170 = 0;
-                            const int l171 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l172 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l169 * 4096 + l170 * 4096 + l171 * 64 + l172;
+                            const int l151 = 0;
+                            const int l152 = 0;
+                            const int l153 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l154 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
                             (dt_smem + 0)[e] = v33[r];
                         }
                         __syncthreads();
@@ -810,13 +783,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l173 = (e / 8192) % 1;
-                                const int l174 = (e / 8192) % 1;
-                                const int l175 = (e / 128) % 64;
-                                const int l176 = (e / 1) % 128;
-                                float a177 = 0.0f;
-                                for (int q = 0; q < 64; q++) a177 = fmaf((dt_smem + 0)[l173 * 4096 + l174 * 4096 + l175 * 64 + q * 1], (dt_smem + 4096)[l173 * 8192 + l174 * 8192 + l176 * 64 + q * 1], a177);
-                                v35[r] = a177;
+                                const int l155 = (int)((unsigned)e / 8192u % 1u);
+                                const int l156 = (int)((unsigned)e / 8192u % 1u);
+                                const int l157 = (int)((unsigned)e / 128u % 64u);
+                                const int l158 = (int)((unsigned)e / 1u % 128u);
+                                float a159 = 0.0f;
+                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
+                                v35[r] = a159;
                             }
                         }
                         #pragma unroll 1
@@ -835,48 +808,40 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l189 = (e / 8192) % 1;
-                            const int l190 = (e / 8192) % 1;
-                            const int l191 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
+                            const int l168 = (int)((unsigned)e / 8192u % 1u);
+                            const int l169 = (int)((unsigned)e / 8192u % 1u);
+                            const int l170 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l193 = (e / 8192) % 1;
-                        const int l194 = (e / 8192) % 1;
-                        const int l195 = (e / 128) % 64;
-                        const int l196 = (e / 1) % 128;
-                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o121 + l196) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l172 = (int)((unsigned)e / 8192u % 1u);
+                        const int l173 = (int)((unsigned)e / 8192u % 1u);
+                        const int l174 = (int)((unsigned)e / 128u % 64u);
+                        const int l175 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + l175 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -901,12 +866,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -950,10 +919,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l14 = (e / 256) % 1;
-                                    const int l15 = (e / 256) % 1;
-                                    const int l16 = (e / 4) % 64;
-                                    const int l17 = (e / 1) % 4;
+                                    const int l14 = (int)((unsigned)e / 256u % 1u);
+                                    const int l15 = (int)((unsigned)e / 256u % 1u);
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
                                     } else {
@@ -972,10 +941,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (e / 256) % 1;
-                                    const int l20 = (e / 256) % 1;
-                                    const int l21 = (e / 4) % 64;
-                                    const int l22 = (e / 1) % 4;
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 256u % 1u);
+                                    const int l21 = (int)((unsigned)e / 4u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 4u);
                                     if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
                                     } else {
@@ -1095,22 +1064,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -1121,7 +1074,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o60 = 0; o60 < s3; o60 += 64) {
+                for (long long o54 = 0; o54 < s3; o54 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll
@@ -1129,27 +1082,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o65 = 0; o65 < s5; o65 += 32) {
+                    for (long long o59 = 0; o59 < s5; o59 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec66 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l67 = (e / 256) % 1;
-                                    const int l68 = (e / 256) % 1;
-                                    const int l69 = (e / 4) % 64;
-                                    const int l70 = (e / 1) % 4;
-                                    if (vec66 && o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8)], &in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8)) * args.input_strides[0][3]]);
+                                    const int l61 = (int)((unsigned)e / 256u % 1u);
+                                    const int l62 = (int)((unsigned)e / 256u % 1u);
+                                    const int l63 = (int)((unsigned)e / 4u % 64u);
+                                    const int l64 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec60 && o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l69 * 40 + (l70 * 8 + q)] = (o1 + l67 < s0 && o2 + l68 < s1 && o3 + l69 < s2 && o65 + (l70 * 8 + q) < s5) ? in0[(o1 + l67) * args.input_strides[0][0] + (o2 + l68) * args.input_strides[0][1] + (o3 + l69) * args.input_strides[0][2] + (o65 + (l70 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = (o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + q) < s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1157,21 +1110,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                         /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec71 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l72 = (e / 256) % 1;
-                                    const int l73 = (e / 256) % 1;
-                                    const int l74 = (e / 4) % 64;
-                                    const int l75 = (e / 1) % 4;
-                                    if (vec71 && o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8)], &in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8)) * args.input_strides[1][3]]);
+                                    const int l66 = (int)((unsigned)e / 256u % 1u);
+                                    const int l67 = (int)((unsigned)e / 256u % 1u);
+                                    const int l68 = (int)((unsigned)e / 4u % 64u);
+                                    const int l69 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec65 && o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l74 * 40 + (l75 * 8 + q)] = (o1 + l72 < s0 && o2 + l73 < s1 && o60 + l74 < s3 && o65 + (l75 * 8 + q) < s5) ? in1[(o1 + l72) * args.input_strides[1][0] + (o2 + l73) * args.input_strides[1][1] + (o60 + l74) * args.input_strides[1][2] + (o65 + (l75 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = (o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + q) < s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1229,45 +1182,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) {
                         v16[r] = (v13[r] * (dt_smem + 0)[0]);
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l87 = 0;
-                        const int l88 = 0;
-                        const int l89 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v18[r] = (v16[r] - (dt_smem + 0)[l87 * 64 + l88 * 64 + l89]);
+                        const int l78 = 0;
+                        const int l79 = 0;
+                        const int l80 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
                     }
                     float v19[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v19[r] = expf(v18[r]);
+                        v19[r] = dt_fast_exp(v18[r]);
                     }
                     float v20[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l98 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = (o60 + l98 < s3) ? v19[r] : 0e0f;
+                        const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = (o54 + l89 < s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l99 = 0;
-                        const int l100 = 0;
-                        const int l101 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l102 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l99 * 4096 + l100 * 4096 + l101 * 64 + l102;
+                        const int l90 = 0;
+                        const int l91 = 0;
+                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
                         (dt_smem + 0)[e] = v20[r];
                     }
                     __syncthreads();
@@ -1278,10 +1223,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l103 = (j / 64) % 1;
-                            const int l104 = (j / 64) % 1;
-                            const int l105 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l103 * 4096 + l104 * 4096 + l105 * 64 + i * 1];
+                            const int l94 = (j / 64) % 1;
+                            const int l95 = (j / 64) % 1;
+                            const int l96 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1310,24 +1255,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o121 = b4 * 128; o121 < dt_min_ll(b4 * 128 + 128, s4); o121 += 128) {
+                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -1338,7 +1267,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o126 = 0; o126 < s3; o126 += 64) {
+                    for (long long o111 = 0; o111 < s3; o111 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll
@@ -1346,27 +1275,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o131 = 0; o131 < s5; o131 += 32) {
+                        for (long long o116 = 0; o116 < s5; o116 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec132 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l133 = (e / 256) % 1;
-                                        const int l134 = (e / 256) % 1;
-                                        const int l135 = (e / 4) % 64;
-                                        const int l136 = (e / 1) % 4;
-                                        if (vec132 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8)], &in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8)) * args.input_strides[0][3]]);
+                                        const int l118 = (int)((unsigned)e / 256u % 1u);
+                                        const int l119 = (int)((unsigned)e / 256u % 1u);
+                                        const int l120 = (int)((unsigned)e / 4u % 64u);
+                                        const int l121 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec117 && o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l135 * 40 + (l136 * 8 + q)] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o131 + (l136 * 8 + q) < s5) ? in0[(o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o131 + (l136 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = (o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + q) < s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1374,21 +1303,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             }
                             /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec137 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l138 = (e / 256) % 1;
-                                        const int l139 = (e / 256) % 1;
-                                        const int l140 = (e / 4) % 64;
-                                        const int l141 = (e / 1) % 4;
-                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8)], &in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8)) * args.input_strides[1][3]]);
+                                        const int l123 = (int)((unsigned)e / 256u % 1u);
+                                        const int l124 = (int)((unsigned)e / 256u % 1u);
+                                        const int l125 = (int)((unsigned)e / 4u % 64u);
+                                        const int l126 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec122 && o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o126 + l140 < s3 && o131 + (l141 * 8 + q) < s5) ? in1[(o1 + l138) * args.input_strides[1][0] + (o2 + l139) * args.input_strides[1][1] + (o126 + l140) * args.input_strides[1][2] + (o131 + (l141 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = (o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + q) < s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1446,57 +1375,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             v29[r] = (v26[r] * (dt_smem + 0)[0]);
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l153 = 0;
-                            const int l154 = 0;
-                            const int l155 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v31[r] = (v29[r] - (dt_smem + 0)[l153 * 64 + l154 * 64 + l155]);
+                            const int l135 = 0;
+                            const int l136 = 0;
+                            const int l137 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v32[r] = expf(v31[r]);
+                            v32[r] = dt_fast_exp(v31[r]);
                         }
                         float v33[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l164 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = (o126 + l164 < s3) ? v32[r] : 0e0f;
+                            const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = (o111 + l146 < s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l165 = (e / 8192) % 1;
-                                const int l166 = (e / 8192) % 1;
-                                const int l167 = (e / 64) % 128;
-                                const int l168 = (e / 1) % 64;
-                                v34[r] = (o1 + l165 < s0 && o2 + l166 < s1 && o126 + l168 < s3 && o121 + l167 < s4) ? dt_load_bf16(in2[(o1 + l165) * args.input_strides[2][0] + (o2 + l166) * args.input_strides[2][1] + (o126 + l168) * args.input_strides[2][2] + (o121 + l167) * args.input_strides[2][3]]) : 0.0f;
+                                const int l147 = (int)((unsigned)e / 8192u % 1u);
+                                const int l148 = (int)((unsigned)e / 8192u % 1u);
+                                const int l149 = (int)((unsigned)e / 64u % 128u);
+                                const int l150 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l147 < s0 && o2 + l148 < s1 && o111 + l150 < s3 && o106 + l149 < s4) ? dt_load_bf16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l169 = 0;
-                            const int l170 = 0;
-                            const int l171 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l172 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l169 * 4096 + l170 * 4096 + l171 * 64 + l172;
+                            const int l151 = 0;
+                            const int l152 = 0;
+                            const int l153 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l154 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
                             (dt_smem + 0)[e] = v33[r];
                         }
                         __syncthreads();
@@ -1509,13 +1430,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l173 = (e / 8192) % 1;
-                                const int l174 = (e / 8192) % 1;
-                                const int l175 = (e / 128) % 64;
-                                const int l176 = (e / 1) % 128;
-                                float a177 = 0.0f;
-                                for (int q = 0; q < 64; q++) a177 = fmaf((dt_smem + 0)[l173 * 4096 + l174 * 4096 + l175 * 64 + q * 1], (dt_smem + 4096)[l173 * 8192 + l174 * 8192 + l176 * 64 + q * 1], a177);
-                                v35[r] = a177;
+                                const int l155 = (int)((unsigned)e / 8192u % 1u);
+                                const int l156 = (int)((unsigned)e / 8192u % 1u);
+                                const int l157 = (int)((unsigned)e / 128u % 64u);
+                                const int l158 = (int)((unsigned)e / 1u % 128u);
+                                float a159 = 0.0f;
+                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
+                                v35[r] = a159;
                             }
                         }
                         #pragma unroll 1
@@ -1534,48 +1455,40 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l189 = (e / 8192) % 1;
-                            const int l190 = (e / 8192) % 1;
-                            const int l191 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
+                            const int l168 = (int)((unsigned)e / 8192u % 1u);
+                            const int l169 = (int)((unsigned)e / 8192u % 1u);
+                            const int l170 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l193 = (e / 8192) % 1;
-                        const int l194 = (e / 8192) % 1;
-                        const int l195 = (e / 128) % 64;
-                        const int l196 = (e / 1) % 128;
-                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o121 + l196) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l172 = (int)((unsigned)e / 8192u % 1u);
+                        const int l173 = (int)((unsigned)e / 8192u % 1u);
+                        const int l174 = (int)((unsigned)e / 128u % 64u);
+                        const int l175 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o121 + (l196 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + l175 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1600,12 +1513,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1646,44 +1563,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l15 = (int)((unsigned)e / 2048u % 1u);
+                            const int l16 = (int)((unsigned)e / 2048u % 1u);
+                            const int l17 = (int)((unsigned)e / 32u % 64u);
+                            const int l18 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 0] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + l18 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 1] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 2] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 3] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l21 = (int)((unsigned)e / 2048u % 1u);
+                            const int l22 = (int)((unsigned)e / 2048u % 1u);
+                            const int l23 = (int)((unsigned)e / 32u % 64u);
+                            const int l24 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o12 + l24) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1699,13 +1616,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
+                                float a29 = 0.0f;
+                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
+                                v2[r] = a29;
                             }
                         }
                         #pragma unroll 1
@@ -1757,8 +1674,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
+                            const int l45 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = (o7 + l45 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -1772,10 +1689,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l46 = (j / 64) % 1;
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l46 * 4096 + l47 * 4096 + l48 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1804,22 +1721,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -1830,7 +1731,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o61 = 0; o61 < s3; o61 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll 1
@@ -1841,49 +1742,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
+                    for (long long o66 = 0; o66 < s5; o66 += 32) {
                         float v10[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l69 = (int)((unsigned)e / 2048u % 1u);
+                            const int l70 = (int)((unsigned)e / 2048u % 1u);
+                            const int l71 = (int)((unsigned)e / 32u % 64u);
+                            const int l72 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o66 + l72) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l75 = (int)((unsigned)e / 2048u % 1u);
+                            const int l76 = (int)((unsigned)e / 2048u % 1u);
+                            const int l77 = (int)((unsigned)e / 32u % 64u);
+                            const int l78 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l75) * args.input_strides[1][0] + (o2 + l76) * args.input_strides[1][1] + (o61 + l77) * args.input_strides[1][2] + (o66 + l78) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 0] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + l78 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 1] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 2] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 3] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1899,13 +1800,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                                const int l79 = (int)((unsigned)e / 4096u % 1u);
+                                const int l80 = (int)((unsigned)e / 4096u % 1u);
+                                const int l81 = (int)((unsigned)e / 64u % 64u);
+                                const int l82 = (int)((unsigned)e / 1u % 64u);
+                                float a83 = 0.0f;
+                                for (int q = 0; q < 32; q++) a83 = fmaf((dt_smem + 0)[l79 * 2048 + l80 * 2048 + l81 * 32 + q * 1], (dt_smem + 4096)[l79 * 2048 + l80 * 2048 + l82 * 32 + q * 1], a83);
+                                v12[r] = a83;
                             }
                         }
                         #pragma unroll 1
@@ -1952,27 +1853,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
+                            const int l96 = (int)((unsigned)e / 4096u % 1u);
+                            const int l97 = (int)((unsigned)e / 4096u % 1u);
+                            const int l98 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l96 * 64 + l97 * 64 + l98]);
                         }
                     }
                     float v19[32];
@@ -1988,8 +1881,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
+                            const int l107 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = (o61 + l107 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -2003,10 +1896,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
+                            const int l108 = (j / 64) % 1;
                             const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l110 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l108 * 4096 + l109 * 4096 + l110 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2035,24 +1928,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o120 = b4 * 128; o120 < dt_min_ll(b4 * 128 + 128, s4); o120 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -2063,7 +1940,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o125 = 0; o125 < s3; o125 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll 1
@@ -2074,49 +1951,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
+                        for (long long o130 = 0; o130 < s5; o130 += 32) {
                             float v23[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l133 = (int)((unsigned)e / 2048u % 1u);
+                                const int l134 = (int)((unsigned)e / 2048u % 1u);
+                                const int l135 = (int)((unsigned)e / 32u % 64u);
+                                const int l136 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o130 + l136) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 0] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + l136 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 1] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 2] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 3] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l139 = (int)((unsigned)e / 2048u % 1u);
+                                const int l140 = (int)((unsigned)e / 2048u % 1u);
+                                const int l141 = (int)((unsigned)e / 32u % 64u);
+                                const int l142 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l139) * args.input_strides[1][0] + (o2 + l140) * args.input_strides[1][1] + (o125 + l141) * args.input_strides[1][2] + (o130 + l142) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 0] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + l142 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 1] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 2] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 3] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -2132,13 +2009,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                                    const int l143 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l144 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l145 = (int)((unsigned)e / 64u % 64u);
+                                    const int l146 = (int)((unsigned)e / 1u % 64u);
+                                    float a147 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a147 = fmaf((dt_smem + 0)[l143 * 2048 + l144 * 2048 + l145 * 32 + q * 1], (dt_smem + 4096)[l143 * 2048 + l144 * 2048 + l146 * 32 + q * 1], a147);
+                                    v25[r] = a147;
                                 }
                             }
                             #pragma unroll 1
@@ -2185,27 +2062,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
+                                const int l160 = (int)((unsigned)e / 4096u % 1u);
+                                const int l161 = (int)((unsigned)e / 4096u % 1u);
+                                const int l162 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l160 * 64 + l161 * 64 + l162]);
                             }
                         }
                         float v32[32];
@@ -2221,8 +2090,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
+                                const int l171 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (o125 + l171 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -2230,11 +2099,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f32(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 8192u % 1u);
+                                const int l174 = (int)((unsigned)e / 64u % 128u);
+                                const int l175 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l172 < s0 && o2 + l173 < s1 && o125 + l175 < s3 && o120 + l174 < s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2250,13 +2119,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                                const int l176 = (int)((unsigned)e / 8192u % 1u);
+                                const int l177 = (int)((unsigned)e / 8192u % 1u);
+                                const int l178 = (int)((unsigned)e / 128u % 64u);
+                                const int l179 = (int)((unsigned)e / 1u % 128u);
+                                float a180 = 0.0f;
+                                for (int q = 0; q < 64; q++) a180 = fmaf((dt_smem + 0)[l176 * 4096 + l177 * 4096 + l178 * 64 + q * 1], (dt_smem + 4096)[l176 * 8192 + l177 * 8192 + l179 * 64 + q * 1], a180);
+                                v35[r] = a180;
                             }
                         }
                         #pragma unroll 1
@@ -2275,44 +2144,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                            const int l189 = (int)((unsigned)e / 8192u % 1u);
+                            const int l190 = (int)((unsigned)e / 8192u % 1u);
+                            const int l191 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l193 = (int)((unsigned)e / 8192u % 1u);
+                        const int l194 = (int)((unsigned)e / 8192u % 1u);
+                        const int l195 = (int)((unsigned)e / 128u % 64u);
+                        const int l196 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o120 + l196) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2337,12 +2198,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -2373,7 +2238,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -2382,7 +2247,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -2399,8 +2264,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -2422,10 +2287,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l18 = (e / 256) % 1;
-                                    const int l19 = (e / 256) % 1;
-                                    const int l20 = (e / 4) % 64;
-                                    const int l21 = (e / 1) % 4;
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
                                     if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
@@ -2444,10 +2309,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l23 = (e / 256) % 1;
-                                    const int l24 = (e / 256) % 1;
-                                    const int l25 = (e / 4) % 64;
-                                    const int l26 = (e / 1) % 4;
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
                                     if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
@@ -2598,22 +2463,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -2624,14 +2473,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o68 = 0; o68 < s3; o68 += 64) {
+                for (long long o62 = 0; o62 < s3; o62 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l69 = (e / 1) % 64;
-                            v16[r] = (float)(o68 + l69);
+                            const int l63 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o62 + l63);
                         }
                     }
                     float v17[1];
@@ -2639,8 +2488,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l70);
+                            const int l64 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l64);
                         }
                     }
                     __syncthreads();
@@ -2656,9 +2505,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l71 = (e / 64) % 64;
-                            const int l72 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l72]) <= ((dt_smem + 4096)[l71]) ? 1.0f : 0.0f);
+                            const int l65 = (int)((unsigned)e / 64u % 64u);
+                            const int l66 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -2668,27 +2517,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o77 = 0; o77 < s5; o77 += 32) {
+                    for (long long o71 = 0; o71 < s5; o71 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec78 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l79 = (e / 256) % 1;
-                                    const int l80 = (e / 256) % 1;
-                                    const int l81 = (e / 4) % 64;
-                                    const int l82 = (e / 1) % 4;
-                                    if (vec78 && o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8)], &in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8)) * args.input_strides[0][3]]);
+                                    const int l73 = (int)((unsigned)e / 256u % 1u);
+                                    const int l74 = (int)((unsigned)e / 256u % 1u);
+                                    const int l75 = (int)((unsigned)e / 4u % 64u);
+                                    const int l76 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec72 && o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8 + q)] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + q) < s5) ? in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = (o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + q) < s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2696,21 +2545,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                         /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec83 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l84 = (e / 256) % 1;
-                                    const int l85 = (e / 256) % 1;
-                                    const int l86 = (e / 4) % 64;
-                                    const int l87 = (e / 1) % 4;
-                                    if (vec83 && o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8)], &in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8)) * args.input_strides[1][3]]);
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 256u % 1u);
+                                    const int l80 = (int)((unsigned)e / 4u % 64u);
+                                    const int l81 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec77 && o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8 + q)] = (o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + q) < s5) ? in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = (o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + q) < s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2795,49 +2644,41 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l98 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l99 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l98 * 64 + l99] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
-                    }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
+                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l103 = 0;
-                        const int l104 = 0;
-                        const int l105 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v30[r] = (v28[r] - (dt_smem + 0)[l103 * 64 + l104 * 64 + l105]);
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v31[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v31[r] = expf(v30[r]);
+                        v31[r] = dt_fast_exp(v30[r]);
                     }
                     float v32[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l114 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = (o68 + l114 < s3) ? v31[r] : 0e0f;
+                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = (o62 + l105 < s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l115 = 0;
-                        const int l116 = 0;
-                        const int l117 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l118 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l115 * 4096 + l116 * 4096 + l117 * 64 + l118;
+                        const int l106 = 0;
+                        const int l107 = 0;
+                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
                         (dt_smem + 0)[e] = v32[r];
                     }
                     __syncthreads();
@@ -2848,10 +2689,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l119 = (j / 64) % 1;
-                            const int l120 = (j / 64) % 1;
-                            const int l121 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l119 * 4096 + l120 * 4096 + l121 * 64 + i * 1];
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 64) % 1;
+                            const int l112 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2880,24 +2721,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o137 = b4 * 128; o137 < dt_min_ll(b4 * 128 + 128, s4); o137 += 128) {
+                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -2908,14 +2733,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o142 = 0; o142 < s3; o142 += 64) {
+                    for (long long o127 = 0; o127 < s3; o127 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l143 = (e / 1) % 64;
-                                v35[r] = (float)(o142 + l143);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o127 + l128);
                             }
                         }
                         float v36[1];
@@ -2923,8 +2748,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l144 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l144);
+                                const int l129 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l129);
                             }
                         }
                         __syncthreads();
@@ -2940,9 +2765,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l145 = (e / 64) % 64;
-                                const int l146 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l146]) <= ((dt_smem + 4096)[l145]) ? 1.0f : 0.0f);
+                                const int l130 = (int)((unsigned)e / 64u % 64u);
+                                const int l131 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -2952,27 +2777,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o151 = 0; o151 < s5; o151 += 32) {
+                        for (long long o136 = 0; o136 < s5; o136 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec152 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l153 = (e / 256) % 1;
-                                        const int l154 = (e / 256) % 1;
-                                        const int l155 = (e / 4) % 64;
-                                        const int l156 = (e / 1) % 4;
-                                        if (vec152 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8)], &in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8)) * args.input_strides[0][3]]);
+                                        const int l138 = (int)((unsigned)e / 256u % 1u);
+                                        const int l139 = (int)((unsigned)e / 256u % 1u);
+                                        const int l140 = (int)((unsigned)e / 4u % 64u);
+                                        const int l141 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8 + q)] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + q) < s5) ? in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + q) < s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2980,21 +2805,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                             /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec157 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l158 = (e / 256) % 1;
-                                        const int l159 = (e / 256) % 1;
-                                        const int l160 = (e / 4) % 64;
-                                        const int l161 = (e / 1) % 4;
-                                        if (vec157 && o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8)], &in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8)) * args.input_strides[1][3]]);
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 256u % 1u);
+                                        const int l145 = (int)((unsigned)e / 4u % 64u);
+                                        const int l146 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec142 && o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8 + q)] = (o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + q) < s5) ? in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = (o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + q) < s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3079,61 +2904,53 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l172 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l173 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l172 * 64 + l173] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
-                        }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
+                            const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l177 = 0;
-                            const int l178 = 0;
-                            const int l179 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v49[r] = (v47[r] - (dt_smem + 0)[l177 * 64 + l178 * 64 + l179]);
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = expf(v49[r]);
+                            v50[r] = dt_fast_exp(v49[r]);
                         }
                         float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l188 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = (o142 + l188 < s3) ? v50[r] : 0e0f;
+                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = (o127 + l170 < s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l189 = (e / 8192) % 1;
-                                const int l190 = (e / 8192) % 1;
-                                const int l191 = (e / 64) % 128;
-                                const int l192 = (e / 1) % 64;
-                                v52[r] = (o1 + l189 < s0 && o2 + l190 < s1 && o142 + l192 < s3 && o137 + l191 < s4) ? dt_load_f16(in2[(o1 + l189) * args.input_strides[2][0] + (o2 + l190) * args.input_strides[2][1] + (o142 + l192) * args.input_strides[2][2] + (o137 + l191) * args.input_strides[2][3]]) : 0.0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l171 < s0 && o2 + l172 < s1 && o127 + l174 < s3 && o122 + l173 < s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l193 = 0;
-                            const int l194 = 0;
-                            const int l195 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l196 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l193 * 4096 + l194 * 4096 + l195 * 64 + l196;
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
                             (dt_smem + 0)[e] = v51[r];
                         }
                         __syncthreads();
@@ -3146,13 +2963,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l197 = (e / 8192) % 1;
-                                const int l198 = (e / 8192) % 1;
-                                const int l199 = (e / 128) % 64;
-                                const int l200 = (e / 1) % 128;
-                                float a201 = 0.0f;
-                                for (int q = 0; q < 64; q++) a201 = fmaf((dt_smem + 0)[l197 * 4096 + l198 * 4096 + l199 * 64 + q * 1], (dt_smem + 4096)[l197 * 8192 + l198 * 8192 + l200 * 64 + q * 1], a201);
-                                v53[r] = a201;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v53[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -3171,48 +2988,40 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l213 = (e / 8192) % 1;
-                            const int l214 = (e / 8192) % 1;
-                            const int l215 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l217 = (e / 8192) % 1;
-                        const int l218 = (e / 8192) % 1;
-                        const int l219 = (e / 128) % 64;
-                        const int l220 = (e / 1) % 128;
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o137 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + l199 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3237,12 +3046,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -3273,7 +3086,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -3282,7 +3095,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -3299,8 +3112,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -3322,10 +3135,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l18 = (e / 256) % 1;
-                                    const int l19 = (e / 256) % 1;
-                                    const int l20 = (e / 4) % 64;
-                                    const int l21 = (e / 1) % 4;
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
                                     if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
@@ -3344,10 +3157,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l23 = (e / 256) % 1;
-                                    const int l24 = (e / 256) % 1;
-                                    const int l25 = (e / 4) % 64;
-                                    const int l26 = (e / 1) % 4;
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
                                     if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
@@ -3498,22 +3311,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -3524,14 +3321,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o68 = 0; o68 < s3; o68 += 64) {
+                for (long long o62 = 0; o62 < s3; o62 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l69 = (e / 1) % 64;
-                            v16[r] = (float)(o68 + l69);
+                            const int l63 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o62 + l63);
                         }
                     }
                     float v17[1];
@@ -3539,8 +3336,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l70);
+                            const int l64 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l64);
                         }
                     }
                     __syncthreads();
@@ -3556,9 +3353,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l71 = (e / 64) % 64;
-                            const int l72 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l72]) <= ((dt_smem + 4096)[l71]) ? 1.0f : 0.0f);
+                            const int l65 = (int)((unsigned)e / 64u % 64u);
+                            const int l66 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3568,27 +3365,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o77 = 0; o77 < s5; o77 += 32) {
+                    for (long long o71 = 0; o71 < s5; o71 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec78 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l79 = (e / 256) % 1;
-                                    const int l80 = (e / 256) % 1;
-                                    const int l81 = (e / 4) % 64;
-                                    const int l82 = (e / 1) % 4;
-                                    if (vec78 && o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8)], &in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8)) * args.input_strides[0][3]]);
+                                    const int l73 = (int)((unsigned)e / 256u % 1u);
+                                    const int l74 = (int)((unsigned)e / 256u % 1u);
+                                    const int l75 = (int)((unsigned)e / 4u % 64u);
+                                    const int l76 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec72 && o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l81 * 40 + (l82 * 8 + q)] = (o1 + l79 < s0 && o2 + l80 < s1 && o3 + l81 < s2 && o77 + (l82 * 8 + q) < s5) ? in0[(o1 + l79) * args.input_strides[0][0] + (o2 + l80) * args.input_strides[0][1] + (o3 + l81) * args.input_strides[0][2] + (o77 + (l82 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = (o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + q) < s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3596,21 +3393,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                         /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec83 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l84 = (e / 256) % 1;
-                                    const int l85 = (e / 256) % 1;
-                                    const int l86 = (e / 4) % 64;
-                                    const int l87 = (e / 1) % 4;
-                                    if (vec83 && o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + 7) < s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8)], &in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8)) * args.input_strides[1][3]]);
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 256u % 1u);
+                                    const int l80 = (int)((unsigned)e / 4u % 64u);
+                                    const int l81 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec77 && o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + 7) < s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l86 * 40 + (l87 * 8 + q)] = (o1 + l84 < s0 && o2 + l85 < s1 && o68 + l86 < s3 && o77 + (l87 * 8 + q) < s5) ? in1[(o1 + l84) * args.input_strides[1][0] + (o2 + l85) * args.input_strides[1][1] + (o68 + l86) * args.input_strides[1][2] + (o77 + (l87 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = (o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + q) < s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3695,49 +3492,41 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l98 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l99 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l98 * 64 + l99] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
-                    }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
+                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l103 = 0;
-                        const int l104 = 0;
-                        const int l105 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v30[r] = (v28[r] - (dt_smem + 0)[l103 * 64 + l104 * 64 + l105]);
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v31[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v31[r] = expf(v30[r]);
+                        v31[r] = dt_fast_exp(v30[r]);
                     }
                     float v32[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l114 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = (o68 + l114 < s3) ? v31[r] : 0e0f;
+                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = (o62 + l105 < s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l115 = 0;
-                        const int l116 = 0;
-                        const int l117 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l118 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l115 * 4096 + l116 * 4096 + l117 * 64 + l118;
+                        const int l106 = 0;
+                        const int l107 = 0;
+                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
                         (dt_smem + 0)[e] = v32[r];
                     }
                     __syncthreads();
@@ -3748,10 +3537,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l119 = (j / 64) % 1;
-                            const int l120 = (j / 64) % 1;
-                            const int l121 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l119 * 4096 + l120 * 4096 + l121 * 64 + i * 1];
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 64) % 1;
+                            const int l112 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3780,24 +3569,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o137 = b4 * 128; o137 < dt_min_ll(b4 * 128 + 128, s4); o137 += 128) {
+                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -3808,14 +3581,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o142 = 0; o142 < s3; o142 += 64) {
+                    for (long long o127 = 0; o127 < s3; o127 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l143 = (e / 1) % 64;
-                                v35[r] = (float)(o142 + l143);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o127 + l128);
                             }
                         }
                         float v36[1];
@@ -3823,8 +3596,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l144 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l144);
+                                const int l129 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l129);
                             }
                         }
                         __syncthreads();
@@ -3840,9 +3613,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l145 = (e / 64) % 64;
-                                const int l146 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l146]) <= ((dt_smem + 4096)[l145]) ? 1.0f : 0.0f);
+                                const int l130 = (int)((unsigned)e / 64u % 64u);
+                                const int l131 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -3852,27 +3625,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o151 = 0; o151 < s5; o151 += 32) {
+                        for (long long o136 = 0; o136 < s5; o136 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec152 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l153 = (e / 256) % 1;
-                                        const int l154 = (e / 256) % 1;
-                                        const int l155 = (e / 4) % 64;
-                                        const int l156 = (e / 1) % 4;
-                                        if (vec152 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8)], &in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8)) * args.input_strides[0][3]]);
+                                        const int l138 = (int)((unsigned)e / 256u % 1u);
+                                        const int l139 = (int)((unsigned)e / 256u % 1u);
+                                        const int l140 = (int)((unsigned)e / 4u % 64u);
+                                        const int l141 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l155 * 40 + (l156 * 8 + q)] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o151 + (l156 * 8 + q) < s5) ? in0[(o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o151 + (l156 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + q) < s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3880,21 +3653,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                             /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec157 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l158 = (e / 256) % 1;
-                                        const int l159 = (e / 256) % 1;
-                                        const int l160 = (e / 4) % 64;
-                                        const int l161 = (e / 1) % 4;
-                                        if (vec157 && o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + 7) < s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8)], &in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8)) * args.input_strides[1][3]]);
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 256u % 1u);
+                                        const int l145 = (int)((unsigned)e / 4u % 64u);
+                                        const int l146 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec142 && o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + 7) < s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l160 * 40 + (l161 * 8 + q)] = (o1 + l158 < s0 && o2 + l159 < s1 && o142 + l160 < s3 && o151 + (l161 * 8 + q) < s5) ? in1[(o1 + l158) * args.input_strides[1][0] + (o2 + l159) * args.input_strides[1][1] + (o142 + l160) * args.input_strides[1][2] + (o151 + (l161 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = (o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + q) < s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3979,61 +3752,53 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l172 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l173 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l172 * 64 + l173] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
-                        }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
+                            const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l177 = 0;
-                            const int l178 = 0;
-                            const int l179 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v49[r] = (v47[r] - (dt_smem + 0)[l177 * 64 + l178 * 64 + l179]);
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = expf(v49[r]);
+                            v50[r] = dt_fast_exp(v49[r]);
                         }
                         float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l188 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = (o142 + l188 < s3) ? v50[r] : 0e0f;
+                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = (o127 + l170 < s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l189 = (e / 8192) % 1;
-                                const int l190 = (e / 8192) % 1;
-                                const int l191 = (e / 64) % 128;
-                                const int l192 = (e / 1) % 64;
-                                v52[r] = (o1 + l189 < s0 && o2 + l190 < s1 && o142 + l192 < s3 && o137 + l191 < s4) ? dt_load_bf16(in2[(o1 + l189) * args.input_strides[2][0] + (o2 + l190) * args.input_strides[2][1] + (o142 + l192) * args.input_strides[2][2] + (o137 + l191) * args.input_strides[2][3]]) : 0.0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l171 < s0 && o2 + l172 < s1 && o127 + l174 < s3 && o122 + l173 < s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l193 = 0;
-                            const int l194 = 0;
-                            const int l195 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l196 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l193 * 4096 + l194 * 4096 + l195 * 64 + l196;
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
                             (dt_smem + 0)[e] = v51[r];
                         }
                         __syncthreads();
@@ -4046,13 +3811,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l197 = (e / 8192) % 1;
-                                const int l198 = (e / 8192) % 1;
-                                const int l199 = (e / 128) % 64;
-                                const int l200 = (e / 1) % 128;
-                                float a201 = 0.0f;
-                                for (int q = 0; q < 64; q++) a201 = fmaf((dt_smem + 0)[l197 * 4096 + l198 * 4096 + l199 * 64 + q * 1], (dt_smem + 4096)[l197 * 8192 + l198 * 8192 + l200 * 64 + q * 1], a201);
-                                v53[r] = a201;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v53[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -4071,48 +3836,40 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l213 = (e / 8192) % 1;
-                            const int l214 = (e / 8192) % 1;
-                            const int l215 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l217 = (e / 8192) % 1;
-                        const int l218 = (e / 8192) % 1;
-                        const int l219 = (e / 128) % 64;
-                        const int l220 = (e / 1) % 128;
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o137 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o137 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + l199 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4137,12 +3894,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -4173,7 +3934,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -4182,7 +3943,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -4199,8 +3960,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -4219,44 +3980,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + l22 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 0] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + l28 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 1] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 2] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 3] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4272,13 +4033,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
+                                float a33 = 0.0f;
+                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                v5[r] = a33;
                             }
                         }
                         #pragma unroll 1
@@ -4358,8 +4119,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
+                            const int l53 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = (o7 + l53 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -4373,10 +4134,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         const int q = tid % 2;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l54 = (j / 64) % 1;
+                            const int l55 = (j / 64) % 1;
+                            const int l56 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
                         }
                         for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4405,22 +4166,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -4431,14 +4176,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o69 = 0; o69 < s3; o69 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l70 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o69 + l70);
                         }
                     }
                     float v17[1];
@@ -4446,8 +4191,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l71 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l71);
                         }
                     }
                     __syncthreads();
@@ -4463,9 +4208,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                            const int l72 = (int)((unsigned)e / 64u % 64u);
+                            const int l73 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -4478,49 +4223,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
+                    for (long long o78 = 0; o78 < s5; o78 += 32) {
                         float v19[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l81 = (int)((unsigned)e / 2048u % 1u);
+                            const int l82 = (int)((unsigned)e / 2048u % 1u);
+                            const int l83 = (int)((unsigned)e / 32u % 64u);
+                            const int l84 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o78 + l84) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l87 = (int)((unsigned)e / 2048u % 1u);
+                            const int l88 = (int)((unsigned)e / 2048u % 1u);
+                            const int l89 = (int)((unsigned)e / 32u % 64u);
+                            const int l90 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o78 + l90) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 0] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + l90 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 1] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 2] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 3] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4536,13 +4281,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                                const int l91 = (int)((unsigned)e / 4096u % 1u);
+                                const int l92 = (int)((unsigned)e / 4096u % 1u);
+                                const int l93 = (int)((unsigned)e / 64u % 64u);
+                                const int l94 = (int)((unsigned)e / 1u % 64u);
+                                float a95 = 0.0f;
+                                for (int q = 0; q < 32; q++) a95 = fmaf((dt_smem + 0)[l91 * 2048 + l92 * 2048 + l93 * 32 + q * 1], (dt_smem + 4096)[l91 * 2048 + l92 * 2048 + l94 * 32 + q * 1], a95);
+                                v21[r] = a95;
                             }
                         }
                         #pragma unroll 1
@@ -4617,27 +4362,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
+                            const int l112 = (int)((unsigned)e / 4096u % 1u);
+                            const int l113 = (int)((unsigned)e / 4096u % 1u);
+                            const int l114 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
                         }
                     }
                     float v31[32];
@@ -4653,8 +4390,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
+                            const int l123 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = (o69 + l123 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -4668,10 +4405,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         const int q = tid % 2;
                         float p = 0e0f;
                         if (j < 64) {
+                            const int l124 = (j / 64) % 1;
                             const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l126 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
                         }
                         for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4700,24 +4437,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 128;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -4728,14 +4449,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o141 = 0; o141 < s3; o141 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l142 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o141 + l142);
                             }
                         }
                         float v36[1];
@@ -4743,8 +4464,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l143 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l143);
                             }
                         }
                         __syncthreads();
@@ -4760,9 +4481,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                                const int l144 = (int)((unsigned)e / 64u % 64u);
+                                const int l145 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l145]) <= ((dt_smem + 4096)[l144]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4775,49 +4496,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
+                        for (long long o150 = 0; o150 < s5; o150 += 32) {
                             float v38[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l153 = (int)((unsigned)e / 2048u % 1u);
+                                const int l154 = (int)((unsigned)e / 2048u % 1u);
+                                const int l155 = (int)((unsigned)e / 32u % 64u);
+                                const int l156 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o150 + l156) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + l156 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l159 = (int)((unsigned)e / 2048u % 1u);
+                                const int l160 = (int)((unsigned)e / 2048u % 1u);
+                                const int l161 = (int)((unsigned)e / 32u % 64u);
+                                const int l162 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o150 + l162) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 0] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + l162 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 1] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 2] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 3] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -4833,13 +4554,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                                    const int l163 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l164 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l165 = (int)((unsigned)e / 64u % 64u);
+                                    const int l166 = (int)((unsigned)e / 1u % 64u);
+                                    float a167 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a167 = fmaf((dt_smem + 0)[l163 * 2048 + l164 * 2048 + l165 * 32 + q * 1], (dt_smem + 4096)[l163 * 2048 + l164 * 2048 + l166 * 32 + q * 1], a167);
+                                    v40[r] = a167;
                                 }
                             }
                             #pragma unroll 1
@@ -4914,27 +4635,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
+                                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                                const int l185 = (int)((unsigned)e / 4096u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
                             }
                         }
                         float v50[32];
@@ -4950,8 +4663,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
+                                const int l195 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = (o141 + l195 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -4959,11 +4672,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f32(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 8192u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 128u);
+                                const int l199 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4979,13 +4692,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                                const int l202 = (int)((unsigned)e / 128u % 64u);
+                                const int l203 = (int)((unsigned)e / 1u % 128u);
+                                float a204 = 0.0f;
+                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
+                                v53[r] = a204;
                             }
                         }
                         #pragma unroll 1
@@ -5004,44 +4717,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[64];
                     #pragma unroll 1
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                            const int l213 = (int)((unsigned)e / 8192u % 1u);
+                            const int l214 = (int)((unsigned)e / 8192u % 1u);
+                            const int l215 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (int)((unsigned)e / 8192u % 1u);
+                        const int l218 = (int)((unsigned)e / 8192u % 1u);
+                        const int l219 = (int)((unsigned)e / 128u % 64u);
+                        const int l220 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

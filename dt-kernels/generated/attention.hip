@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -202,12 +219,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -245,16 +266,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         float v0[8];
+                        uint4 q13[1];
+                        bool f14[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l15 = (int)((unsigned)e / 2048u % 1u);
+                            const int l16 = (int)((unsigned)e / 2048u % 1u);
+                            const int l17 = (int)((unsigned)e / 32u % 64u);
+                            const int l18 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
+                            f14[c] = args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o12 + l22) * args.input_strides[0][3];
+                            if (f14[c]) {
+                                const uint4 q = q13[c];
                                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -264,27 +298,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + l22 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 4] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 5] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 6] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 7] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
+                        uint4 q23[1];
+                        bool f24[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
+                            f24[c] = args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o12 + (l28 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l29 = (int)((unsigned)e / 2048u % 1u);
+                            const int l30 = (int)((unsigned)e / 2048u % 1u);
+                            const int l31 = (int)((unsigned)e / 32u % 64u);
+                            const int l32 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o12 + l32) * args.input_strides[1][3];
+                            if (f24[c]) {
+                                const uint4 q = q23[c];
                                 v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -294,14 +341,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 0] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + l32 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 1] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 2] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 3] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 4] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 5] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 6] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 7] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -317,13 +364,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                                const int l33 = (int)((unsigned)e / 4096u % 1u);
+                                const int l34 = (int)((unsigned)e / 4096u % 1u);
+                                const int l35 = (int)((unsigned)e / 64u % 64u);
+                                const int l36 = (int)((unsigned)e / 1u % 64u);
+                                float a37 = 0.0f;
+                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                v2[r] = a37;
                             }
                         }
                         #pragma unroll
@@ -375,8 +422,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
+                            const int l53 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = (o7 + l53 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -390,10 +437,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l54 = (j / 64) % 1;
+                            const int l55 = (j / 64) % 1;
+                            const int l56 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -422,22 +469,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -448,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o69 = 0; o69 < s3; o69 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
@@ -459,18 +490,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
+                    for (long long o74 = 0; o74 < s5; o74 += 32) {
                         float v10[8];
+                        uint4 q75[1];
+                        bool f76[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l77 = (int)((unsigned)e / 2048u % 1u);
+                            const int l78 = (int)((unsigned)e / 2048u % 1u);
+                            const int l79 = (int)((unsigned)e / 32u % 64u);
+                            const int l80 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
+                            f76[c] = args.input_strides[0][3] == 1 && o1 + l77 < s0 && o2 + l78 < s1 && o3 + l79 < s2 && o74 + (l80 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l81 = (int)((unsigned)e / 2048u % 1u);
+                            const int l82 = (int)((unsigned)e / 2048u % 1u);
+                            const int l83 = (int)((unsigned)e / 32u % 64u);
+                            const int l84 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o74 + l84) * args.input_strides[0][3];
+                            if (f76[c]) {
+                                const uint4 q = q75[c];
                                 v10[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v10[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v10[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -480,27 +524,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v10[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v10[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + l84 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
+                        uint4 q85[1];
+                        bool f86[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l87 = (int)((unsigned)e / 2048u % 1u);
+                            const int l88 = (int)((unsigned)e / 2048u % 1u);
+                            const int l89 = (int)((unsigned)e / 32u % 64u);
+                            const int l90 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
+                            f86[c] = args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o74 + (l90 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l91 = (int)((unsigned)e / 2048u % 1u);
+                            const int l92 = (int)((unsigned)e / 2048u % 1u);
+                            const int l93 = (int)((unsigned)e / 32u % 64u);
+                            const int l94 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o69 + l93) * args.input_strides[1][2] + (o74 + l94) * args.input_strides[1][3];
+                            if (f86[c]) {
+                                const uint4 q = q85[c];
                                 v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -510,14 +567,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 0] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + l94 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 1] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 2] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 3] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 4] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 5] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 6] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 7] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -533,13 +590,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                                const int l95 = (int)((unsigned)e / 4096u % 1u);
+                                const int l96 = (int)((unsigned)e / 4096u % 1u);
+                                const int l97 = (int)((unsigned)e / 64u % 64u);
+                                const int l98 = (int)((unsigned)e / 1u % 64u);
+                                float a99 = 0.0f;
+                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
+                                v12[r] = a99;
                             }
                         }
                         #pragma unroll
@@ -586,27 +643,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
+                            const int l112 = (int)((unsigned)e / 4096u % 1u);
+                            const int l113 = (int)((unsigned)e / 4096u % 1u);
+                            const int l114 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
                         }
                     }
                     float v19[16];
@@ -614,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v19[r] = expf(v18[r]);
+                            v19[r] = dt_fast_exp(v18[r]);
                         }
                     }
                     float v20[16];
@@ -622,8 +671,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
+                            const int l123 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = (o69 + l123 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -637,10 +686,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l124 = (j / 64) % 1;
+                            const int l125 = (j / 64) % 1;
+                            const int l126 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -669,24 +718,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -697,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o141 = 0; o141 < s3; o141 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
@@ -708,18 +741,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
+                        for (long long o146 = 0; o146 < s5; o146 += 32) {
                             float v23[8];
+                            uint4 q147[1];
+                            bool f148[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
+                                const int l149 = (int)((unsigned)e / 2048u % 1u);
+                                const int l150 = (int)((unsigned)e / 2048u % 1u);
+                                const int l151 = (int)((unsigned)e / 32u % 64u);
+                                const int l152 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
+                                f148[c] = args.input_strides[0][3] == 1 && o1 + l149 < s0 && o2 + l150 < s1 && o3 + l151 < s2 && o146 + (l152 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l153 = (int)((unsigned)e / 2048u % 1u);
+                                const int l154 = (int)((unsigned)e / 2048u % 1u);
+                                const int l155 = (int)((unsigned)e / 32u % 64u);
+                                const int l156 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o146 + l156) * args.input_strides[0][3];
+                                if (f148[c]) {
+                                    const uint4 q = q147[c];
                                     v23[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                     v23[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                     v23[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -729,27 +775,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v23[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v23[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + l156 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 4] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 5] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 6] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 7] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
+                            uint4 q157[1];
+                            bool f158[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
+                                const int l159 = (int)((unsigned)e / 2048u % 1u);
+                                const int l160 = (int)((unsigned)e / 2048u % 1u);
+                                const int l161 = (int)((unsigned)e / 32u % 64u);
+                                const int l162 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
+                                f158[c] = args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o146 + (l162 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l163 = (int)((unsigned)e / 2048u % 1u);
+                                const int l164 = (int)((unsigned)e / 2048u % 1u);
+                                const int l165 = (int)((unsigned)e / 32u % 64u);
+                                const int l166 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o141 + l165) * args.input_strides[1][2] + (o146 + l166) * args.input_strides[1][3];
+                                if (f158[c]) {
+                                    const uint4 q = q157[c];
                                     v24[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                     v24[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                     v24[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -759,14 +818,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v24[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v24[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 0] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + l166 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 1] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 2] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 3] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 4] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 5] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 6] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 7] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -782,13 +841,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l169 = (int)((unsigned)e / 64u % 64u);
+                                    const int l170 = (int)((unsigned)e / 1u % 64u);
+                                    float a171 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
+                                    v25[r] = a171;
                                 }
                             }
                             #pragma unroll
@@ -835,27 +894,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
+                                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                                const int l185 = (int)((unsigned)e / 4096u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
                             }
                         }
                         float v32[16];
@@ -863,7 +914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v32[r] = expf(v31[r]);
+                                v32[r] = dt_fast_exp(v31[r]);
                             }
                         }
                         float v33[16];
@@ -871,8 +922,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
+                                const int l195 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (o141 + l195 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -880,11 +931,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 8192u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 128u);
+                                const int l199 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -900,13 +951,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                                const int l202 = (int)((unsigned)e / 128u % 64u);
+                                const int l203 = (int)((unsigned)e / 1u % 128u);
+                                float a204 = 0.0f;
+                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
+                                v35[r] = a204;
                             }
                         }
                         #pragma unroll 1
@@ -925,48 +976,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                            const int l213 = (int)((unsigned)e / 8192u % 1u);
+                            const int l214 = (int)((unsigned)e / 8192u % 1u);
+                            const int l215 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (int)((unsigned)e / 8192u % 1u);
+                        const int l218 = (int)((unsigned)e / 8192u % 1u);
+                        const int l219 = (int)((unsigned)e / 128u % 64u);
+                        const int l220 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -991,12 +1034,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1034,16 +1081,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
                         float v0[8];
+                        uint4 q13[1];
+                        bool f14[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l15 = (int)((unsigned)e / 2048u % 1u);
+                            const int l16 = (int)((unsigned)e / 2048u % 1u);
+                            const int l17 = (int)((unsigned)e / 32u % 64u);
+                            const int l18 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
+                            f14[c] = args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o12 + l22) * args.input_strides[0][3];
+                            if (f14[c]) {
+                                const uint4 q = q13[c];
                                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1053,27 +1113,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v0[c * 8 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + l22 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 4] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 5] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 6] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 7] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
+                        uint4 q23[1];
+                        bool f24[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
+                            f24[c] = args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o12 + (l28 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l29 = (int)((unsigned)e / 2048u % 1u);
+                            const int l30 = (int)((unsigned)e / 2048u % 1u);
+                            const int l31 = (int)((unsigned)e / 32u % 64u);
+                            const int l32 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o12 + l32) * args.input_strides[1][3];
+                            if (f24[c]) {
+                                const uint4 q = q23[c];
                                 v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1083,14 +1156,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v1[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 0] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + l32 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 1] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 2] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 3] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 4] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 5] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 6] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 7] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1106,13 +1179,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                                const int l33 = (int)((unsigned)e / 4096u % 1u);
+                                const int l34 = (int)((unsigned)e / 4096u % 1u);
+                                const int l35 = (int)((unsigned)e / 64u % 64u);
+                                const int l36 = (int)((unsigned)e / 1u % 64u);
+                                float a37 = 0.0f;
+                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                v2[r] = a37;
                             }
                         }
                         #pragma unroll
@@ -1164,8 +1237,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
+                            const int l53 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = (o7 + l53 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -1179,10 +1252,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l54 = (j / 64) % 1;
+                            const int l55 = (j / 64) % 1;
+                            const int l56 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1211,22 +1284,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -1237,7 +1294,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o69 = 0; o69 < s3; o69 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
@@ -1248,18 +1305,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
+                    for (long long o74 = 0; o74 < s5; o74 += 32) {
                         float v10[8];
+                        uint4 q75[1];
+                        bool f76[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l77 = (int)((unsigned)e / 2048u % 1u);
+                            const int l78 = (int)((unsigned)e / 2048u % 1u);
+                            const int l79 = (int)((unsigned)e / 32u % 64u);
+                            const int l80 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
+                            f76[c] = args.input_strides[0][3] == 1 && o1 + l77 < s0 && o2 + l78 < s1 && o3 + l79 < s2 && o74 + (l80 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l81 = (int)((unsigned)e / 2048u % 1u);
+                            const int l82 = (int)((unsigned)e / 2048u % 1u);
+                            const int l83 = (int)((unsigned)e / 32u % 64u);
+                            const int l84 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o74 + l84) * args.input_strides[0][3];
+                            if (f76[c]) {
+                                const uint4 q = q75[c];
                                 v10[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v10[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v10[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1269,27 +1339,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v10[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v10[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v10[c * 8 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + l84 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
+                        uint4 q85[1];
+                        bool f86[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l87 = (int)((unsigned)e / 2048u % 1u);
+                            const int l88 = (int)((unsigned)e / 2048u % 1u);
+                            const int l89 = (int)((unsigned)e / 32u % 64u);
+                            const int l90 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
+                            f86[c] = args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o74 + (l90 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l91 = (int)((unsigned)e / 2048u % 1u);
+                            const int l92 = (int)((unsigned)e / 2048u % 1u);
+                            const int l93 = (int)((unsigned)e / 32u % 64u);
+                            const int l94 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o69 + l93) * args.input_strides[1][2] + (o74 + l94) * args.input_strides[1][3];
+                            if (f86[c]) {
+                                const uint4 q = q85[c];
                                 v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1299,14 +1382,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v11[c * 8 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 0] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + l94 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 1] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 2] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 3] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 4] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 5] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 6] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 7] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1322,13 +1405,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                                const int l95 = (int)((unsigned)e / 4096u % 1u);
+                                const int l96 = (int)((unsigned)e / 4096u % 1u);
+                                const int l97 = (int)((unsigned)e / 64u % 64u);
+                                const int l98 = (int)((unsigned)e / 1u % 64u);
+                                float a99 = 0.0f;
+                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
+                                v12[r] = a99;
                             }
                         }
                         #pragma unroll
@@ -1375,27 +1458,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
+                            const int l112 = (int)((unsigned)e / 4096u % 1u);
+                            const int l113 = (int)((unsigned)e / 4096u % 1u);
+                            const int l114 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
                         }
                     }
                     float v19[16];
@@ -1403,7 +1478,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v19[r] = expf(v18[r]);
+                            v19[r] = dt_fast_exp(v18[r]);
                         }
                     }
                     float v20[16];
@@ -1411,8 +1486,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
+                            const int l123 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = (o69 + l123 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -1426,10 +1501,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l124 = (j / 64) % 1;
+                            const int l125 = (j / 64) % 1;
+                            const int l126 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1458,24 +1533,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -1486,7 +1545,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o141 = 0; o141 < s3; o141 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
@@ -1497,18 +1556,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
+                        for (long long o146 = 0; o146 < s5; o146 += 32) {
                             float v23[8];
+                            uint4 q147[1];
+                            bool f148[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
+                                const int l149 = (int)((unsigned)e / 2048u % 1u);
+                                const int l150 = (int)((unsigned)e / 2048u % 1u);
+                                const int l151 = (int)((unsigned)e / 32u % 64u);
+                                const int l152 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
+                                f148[c] = args.input_strides[0][3] == 1 && o1 + l149 < s0 && o2 + l150 < s1 && o3 + l151 < s2 && o146 + (l152 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l153 = (int)((unsigned)e / 2048u % 1u);
+                                const int l154 = (int)((unsigned)e / 2048u % 1u);
+                                const int l155 = (int)((unsigned)e / 32u % 64u);
+                                const int l156 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o146 + l156) * args.input_strides[0][3];
+                                if (f148[c]) {
+                                    const uint4 q = q147[c];
                                     v23[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                     v23[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                     v23[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1518,27 +1590,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v23[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v23[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v23[c * 8 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + l156 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 4] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 5] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 6] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 7] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
+                            uint4 q157[1];
+                            bool f158[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
+                                const int l159 = (int)((unsigned)e / 2048u % 1u);
+                                const int l160 = (int)((unsigned)e / 2048u % 1u);
+                                const int l161 = (int)((unsigned)e / 32u % 64u);
+                                const int l162 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
+                                f158[c] = args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o146 + (l162 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l163 = (int)((unsigned)e / 2048u % 1u);
+                                const int l164 = (int)((unsigned)e / 2048u % 1u);
+                                const int l165 = (int)((unsigned)e / 32u % 64u);
+                                const int l166 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o141 + l165) * args.input_strides[1][2] + (o146 + l166) * args.input_strides[1][3];
+                                if (f158[c]) {
+                                    const uint4 q = q157[c];
                                     v24[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                     v24[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                     v24[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1548,14 +1633,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v24[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v24[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v24[c * 8 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 0] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + l166 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 1] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 2] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 3] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 4] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 5] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 6] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 7] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -1571,13 +1656,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l169 = (int)((unsigned)e / 64u % 64u);
+                                    const int l170 = (int)((unsigned)e / 1u % 64u);
+                                    float a171 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
+                                    v25[r] = a171;
                                 }
                             }
                             #pragma unroll
@@ -1624,27 +1709,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
+                                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                                const int l185 = (int)((unsigned)e / 4096u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
                             }
                         }
                         float v32[16];
@@ -1652,7 +1729,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v32[r] = expf(v31[r]);
+                                v32[r] = dt_fast_exp(v31[r]);
                             }
                         }
                         float v33[16];
@@ -1660,8 +1737,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
+                                const int l195 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (o141 + l195 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -1669,11 +1746,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_bf16(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 8192u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 128u);
+                                const int l199 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_bf16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1689,13 +1766,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                                const int l202 = (int)((unsigned)e / 128u % 64u);
+                                const int l203 = (int)((unsigned)e / 1u % 128u);
+                                float a204 = 0.0f;
+                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
+                                v35[r] = a204;
                             }
                         }
                         #pragma unroll 1
@@ -1714,48 +1791,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                            const int l213 = (int)((unsigned)e / 8192u % 1u);
+                            const int l214 = (int)((unsigned)e / 8192u % 1u);
+                            const int l215 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (int)((unsigned)e / 8192u % 1u);
+                        const int l218 = (int)((unsigned)e / 8192u % 1u);
+                        const int l219 = (int)((unsigned)e / 128u % 64u);
+                        const int l220 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1780,12 +1849,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1826,44 +1899,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l13 = (e / 2048) % 1;
-                            const int l14 = (e / 2048) % 1;
-                            const int l15 = (e / 32) % 64;
-                            const int l16 = (e / 1) % 32;
-                            const long long a = (o1 + l13) * args.input_strides[0][0] + (o2 + l14) * args.input_strides[0][1] + (o3 + l15) * args.input_strides[0][2] + (o12 + l16) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l15 = (int)((unsigned)e / 2048u % 1u);
+                            const int l16 = (int)((unsigned)e / 2048u % 1u);
+                            const int l17 = (int)((unsigned)e / 32u % 64u);
+                            const int l18 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 1] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 2] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 3] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + (l16 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 0] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + l18 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 1] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 2] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 3] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v1[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[1][0] + (o2 + l18) * args.input_strides[1][1] + (o7 + l19) * args.input_strides[1][2] + (o12 + l20) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l21 = (int)((unsigned)e / 2048u % 1u);
+                            const int l22 = (int)((unsigned)e / 2048u % 1u);
+                            const int l23 = (int)((unsigned)e / 32u % 64u);
+                            const int l24 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o12 + l24) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + (l20 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -1879,13 +1952,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l21 = (e / 4096) % 1;
-                                const int l22 = (e / 4096) % 1;
-                                const int l23 = (e / 64) % 64;
-                                const int l24 = (e / 1) % 64;
-                                float a25 = 0.0f;
-                                for (int q = 0; q < 32; q++) a25 = fmaf((dt_smem + 0)[l21 * 2048 + l22 * 2048 + l23 * 32 + q * 1], (dt_smem + 4096)[l21 * 2048 + l22 * 2048 + l24 * 32 + q * 1], a25);
-                                v2[r] = a25;
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
+                                float a29 = 0.0f;
+                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
+                                v2[r] = a29;
                             }
                         }
                         #pragma unroll
@@ -1937,8 +2010,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l41 = (e / 1) % 64;
-                            v7[r] = (o7 + l41 < s3) ? v6[r] : (-INFINITY);
+                            const int l45 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = (o7 + l45 < s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -1952,10 +2025,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l42 = (j / 64) % 1;
-                            const int l43 = (j / 64) % 1;
-                            const int l44 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l42 * 4096 + l43 * 4096 + l44 * 64 + i * 1]);
+                            const int l46 = (j / 64) % 1;
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l46 * 4096 + l47 * 4096 + l48 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1984,22 +2057,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         v9[r] = acc0[r];
                     }
                 }
-                /* m.fuse_at(attention, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v9[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -2010,7 +2067,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o63 = 0; o63 < s3; o63 += 64) {
+                for (long long o61 = 0; o61 < s3; o61 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
@@ -2021,49 +2078,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o68 = 0; o68 < s5; o68 += 32) {
+                    for (long long o66 = 0; o66 < s5; o66 += 32) {
                         float v10[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l69 = (e / 2048) % 1;
-                            const int l70 = (e / 2048) % 1;
-                            const int l71 = (e / 32) % 64;
-                            const int l72 = (e / 1) % 32;
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o68 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l69 = (int)((unsigned)e / 2048u % 1u);
+                            const int l70 = (int)((unsigned)e / 2048u % 1u);
+                            const int l71 = (int)((unsigned)e / 32u % 64u);
+                            const int l72 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o66 + l72) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o68 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v11[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l73 = (e / 2048) % 1;
-                            const int l74 = (e / 2048) % 1;
-                            const int l75 = (e / 32) % 64;
-                            const int l76 = (e / 1) % 32;
-                            const long long a = (o1 + l73) * args.input_strides[1][0] + (o2 + l74) * args.input_strides[1][1] + (o63 + l75) * args.input_strides[1][2] + (o68 + l76) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l75 = (int)((unsigned)e / 2048u % 1u);
+                            const int l76 = (int)((unsigned)e / 2048u % 1u);
+                            const int l77 = (int)((unsigned)e / 32u % 64u);
+                            const int l78 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l75) * args.input_strides[1][0] + (o2 + l76) * args.input_strides[1][1] + (o61 + l77) * args.input_strides[1][2] + (o66 + l78) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + l76 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 1] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 2] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 3] = (o1 + l73 < s0 && o2 + l74 < s1 && o63 + l75 < s3 && o68 + (l76 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 0] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + l78 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 1] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 2] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 3] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2079,13 +2136,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l77 = (e / 4096) % 1;
-                                const int l78 = (e / 4096) % 1;
-                                const int l79 = (e / 64) % 64;
-                                const int l80 = (e / 1) % 64;
-                                float a81 = 0.0f;
-                                for (int q = 0; q < 32; q++) a81 = fmaf((dt_smem + 0)[l77 * 2048 + l78 * 2048 + l79 * 32 + q * 1], (dt_smem + 4096)[l77 * 2048 + l78 * 2048 + l80 * 32 + q * 1], a81);
-                                v12[r] = a81;
+                                const int l79 = (int)((unsigned)e / 4096u % 1u);
+                                const int l80 = (int)((unsigned)e / 4096u % 1u);
+                                const int l81 = (int)((unsigned)e / 64u % 64u);
+                                const int l82 = (int)((unsigned)e / 1u % 64u);
+                                float a83 = 0.0f;
+                                for (int q = 0; q < 32; q++) a83 = fmaf((dt_smem + 0)[l79 * 2048 + l80 * 2048 + l81 * 32 + q * 1], (dt_smem + 4096)[l79 * 2048 + l80 * 2048 + l82 * 32 + q * 1], a83);
+                                v12[r] = a83;
                             }
                         }
                         #pragma unroll
@@ -2132,27 +2189,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v16[r] = (v13[r] * (dt_smem + 0)[0]);
                         }
                     }
-                    float v17[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v17[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v17[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                     __syncthreads();
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l97 = (e / 4096) % 1;
-                            const int l98 = (e / 4096) % 1;
-                            const int l99 = (e / 64) % 64;
-                            v18[r] = (v16[r] - (dt_smem + 0)[l97 * 64 + l98 * 64 + l99]);
+                            const int l96 = (int)((unsigned)e / 4096u % 1u);
+                            const int l97 = (int)((unsigned)e / 4096u % 1u);
+                            const int l98 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l96 * 64 + l97 * 64 + l98]);
                         }
                     }
                     float v19[16];
@@ -2168,8 +2217,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l108 = (e / 1) % 64;
-                            v20[r] = (o63 + l108 < s3) ? v19[r] : 0e0f;
+                            const int l107 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = (o61 + l107 < s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -2183,10 +2232,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
+                            const int l108 = (j / 64) % 1;
                             const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l109 * 4096 + l110 * 4096 + l111 * 64 + i * 1];
+                            const int l110 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l108 * 4096 + l109 * 4096 + l110 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2215,24 +2264,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         v22[r] = acc3[r];
                     }
                 }
-                /* l.fuse_at(attention, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v22[r];
-                    }
-                }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o127 = b4 * 128; o127 < dt_min_ll(b4 * 128 + 128, s4); o127 += 128) {
+                for (long long o120 = b4 * 128; o120 < dt_min_ll(b4 * 128 + 128, s4); o120 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -2243,7 +2276,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o132 = 0; o132 < s3; o132 += 64) {
+                    for (long long o125 = 0; o125 < s3; o125 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
@@ -2254,49 +2287,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o137 = 0; o137 < s5; o137 += 32) {
+                        for (long long o130 = 0; o130 < s5; o130 += 32) {
                             float v23[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l138 = (e / 2048) % 1;
-                                const int l139 = (e / 2048) % 1;
-                                const int l140 = (e / 32) % 64;
-                                const int l141 = (e / 1) % 32;
-                                const long long a = (o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o137 + l141) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l133 = (int)((unsigned)e / 2048u % 1u);
+                                const int l134 = (int)((unsigned)e / 2048u % 1u);
+                                const int l135 = (int)((unsigned)e / 32u % 64u);
+                                const int l136 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o130 + l136) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + l141 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 1] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 2] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 3] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o137 + (l141 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 0] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + l136 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 1] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 2] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 3] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v24[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l142 = (e / 2048) % 1;
-                                const int l143 = (e / 2048) % 1;
-                                const int l144 = (e / 32) % 64;
-                                const int l145 = (e / 1) % 32;
-                                const long long a = (o1 + l142) * args.input_strides[1][0] + (o2 + l143) * args.input_strides[1][1] + (o132 + l144) * args.input_strides[1][2] + (o137 + l145) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l139 = (int)((unsigned)e / 2048u % 1u);
+                                const int l140 = (int)((unsigned)e / 2048u % 1u);
+                                const int l141 = (int)((unsigned)e / 32u % 64u);
+                                const int l142 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l139) * args.input_strides[1][0] + (o2 + l140) * args.input_strides[1][1] + (o125 + l141) * args.input_strides[1][2] + (o130 + l142) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + l145 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 1] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 2] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 3] = (o1 + l142 < s0 && o2 + l143 < s1 && o132 + l144 < s3 && o137 + (l145 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 0] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + l142 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 1] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 2] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 3] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -2312,13 +2345,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l146 = (e / 4096) % 1;
-                                    const int l147 = (e / 4096) % 1;
-                                    const int l148 = (e / 64) % 64;
-                                    const int l149 = (e / 1) % 64;
-                                    float a150 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a150 = fmaf((dt_smem + 0)[l146 * 2048 + l147 * 2048 + l148 * 32 + q * 1], (dt_smem + 4096)[l146 * 2048 + l147 * 2048 + l149 * 32 + q * 1], a150);
-                                    v25[r] = a150;
+                                    const int l143 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l144 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l145 = (int)((unsigned)e / 64u % 64u);
+                                    const int l146 = (int)((unsigned)e / 1u % 64u);
+                                    float a147 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a147 = fmaf((dt_smem + 0)[l143 * 2048 + l144 * 2048 + l145 * 32 + q * 1], (dt_smem + 4096)[l143 * 2048 + l144 * 2048 + l146 * 32 + q * 1], a147);
+                                    v25[r] = a147;
                                 }
                             }
                             #pragma unroll
@@ -2365,27 +2398,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v29[r] = (v26[r] * (dt_smem + 0)[0]);
                             }
                         }
-                        float v30[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v30[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v30[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v9[r]; }
                         __syncthreads();
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l166 = (e / 4096) % 1;
-                                const int l167 = (e / 4096) % 1;
-                                const int l168 = (e / 64) % 64;
-                                v31[r] = (v29[r] - (dt_smem + 0)[l166 * 64 + l167 * 64 + l168]);
+                                const int l160 = (int)((unsigned)e / 4096u % 1u);
+                                const int l161 = (int)((unsigned)e / 4096u % 1u);
+                                const int l162 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l160 * 64 + l161 * 64 + l162]);
                             }
                         }
                         float v32[16];
@@ -2401,8 +2426,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l177 = (e / 1) % 64;
-                                v33[r] = (o132 + l177 < s3) ? v32[r] : 0e0f;
+                                const int l171 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (o125 + l171 < s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -2410,11 +2435,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l178 = (e / 8192) % 1;
-                                const int l179 = (e / 8192) % 1;
-                                const int l180 = (e / 64) % 128;
-                                const int l181 = (e / 1) % 64;
-                                v34[r] = (o1 + l178 < s0 && o2 + l179 < s1 && o132 + l181 < s3 && o127 + l180 < s4) ? dt_load_f32(in2[(o1 + l178) * args.input_strides[2][0] + (o2 + l179) * args.input_strides[2][1] + (o132 + l181) * args.input_strides[2][2] + (o127 + l180) * args.input_strides[2][3]]) : 0.0f;
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 8192u % 1u);
+                                const int l174 = (int)((unsigned)e / 64u % 128u);
+                                const int l175 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = (o1 + l172 < s0 && o2 + l173 < s1 && o125 + l175 < s3 && o120 + l174 < s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2430,13 +2455,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l182 = (e / 8192) % 1;
-                                const int l183 = (e / 8192) % 1;
-                                const int l184 = (e / 128) % 64;
-                                const int l185 = (e / 1) % 128;
-                                float a186 = 0.0f;
-                                for (int q = 0; q < 64; q++) a186 = fmaf((dt_smem + 0)[l182 * 4096 + l183 * 4096 + l184 * 64 + q * 1], (dt_smem + 4096)[l182 * 8192 + l183 * 8192 + l185 * 64 + q * 1], a186);
-                                v35[r] = a186;
+                                const int l176 = (int)((unsigned)e / 8192u % 1u);
+                                const int l177 = (int)((unsigned)e / 8192u % 1u);
+                                const int l178 = (int)((unsigned)e / 128u % 64u);
+                                const int l179 = (int)((unsigned)e / 1u % 128u);
+                                float a180 = 0.0f;
+                                for (int q = 0; q < 64; q++) a180 = fmaf((dt_smem + 0)[l176 * 4096 + l177 * 4096 + l178 * 64 + q * 1], (dt_smem + 4096)[l176 * 8192 + l177 * 8192 + l179 * 64 + q * 1], a180);
+                                v35[r] = a180;
                             }
                         }
                         #pragma unroll 1
@@ -2455,44 +2480,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             v36[r] = acc6[r];
                         }
                     }
-                    float v37[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v37[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v37[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l198 = (e / 8192) % 1;
-                            const int l199 = (e / 8192) % 1;
-                            const int l200 = (e / 128) % 64;
-                            v38[r] = (v36[r] / (dt_smem + 0)[l198 * 64 + l199 * 64 + l200]);
+                            const int l189 = (int)((unsigned)e / 8192u % 1u);
+                            const int l190 = (int)((unsigned)e / 8192u % 1u);
+                            const int l191 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l202 = (e / 8192) % 1;
-                        const int l203 = (e / 8192) % 1;
-                        const int l204 = (e / 128) % 64;
-                        const int l205 = (e / 1) % 128;
-                        const long long a = (o1 + l202) * args.output_strides[0] + (o2 + l203) * args.output_strides[1] + (o3 + l204) * args.output_strides[2] + (o127 + l205) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l193 = (int)((unsigned)e / 8192u % 1u);
+                        const int l194 = (int)((unsigned)e / 8192u % 1u);
+                        const int l195 = (int)((unsigned)e / 128u % 64u);
+                        const int l196 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o120 + l196) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + l205 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if (o1 + l202 < s0 && o2 + l203 < s1 && o3 + l204 < s2 && o127 + (l205 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2517,12 +2534,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -2553,7 +2574,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -2562,7 +2583,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -2579,8 +2600,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -2596,16 +2617,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v3[8];
+                        uint4 q17[1];
+                        bool f18[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
+                            f18[c] = args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l23 = (int)((unsigned)e / 2048u % 1u);
+                            const int l24 = (int)((unsigned)e / 2048u % 1u);
+                            const int l25 = (int)((unsigned)e / 32u % 64u);
+                            const int l26 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o16 + l26) * args.input_strides[0][3];
+                            if (f18[c]) {
+                                const uint4 q = q17[c];
                                 v3[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v3[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v3[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2615,27 +2649,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v3[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v3[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 0] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + l26 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 1] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 2] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 3] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 4] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 5] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 6] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 7] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
+                        uint4 q27[1];
+                        bool f28[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l29 = (int)((unsigned)e / 2048u % 1u);
+                            const int l30 = (int)((unsigned)e / 2048u % 1u);
+                            const int l31 = (int)((unsigned)e / 32u % 64u);
+                            const int l32 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
+                            f28[c] = args.input_strides[1][3] == 1 && o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o16 + (l32 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l33 = (int)((unsigned)e / 2048u % 1u);
+                            const int l34 = (int)((unsigned)e / 2048u % 1u);
+                            const int l35 = (int)((unsigned)e / 32u % 64u);
+                            const int l36 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l33) * args.input_strides[1][0] + (o2 + l34) * args.input_strides[1][1] + (o7 + l35) * args.input_strides[1][2] + (o16 + l36) * args.input_strides[1][3];
+                            if (f28[c]) {
+                                const uint4 q = q27[c];
                                 v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2645,14 +2692,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 0] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + l36 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 1] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 2] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 3] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 4] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 5] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 6] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 7] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2668,13 +2715,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                                const int l38 = (int)((unsigned)e / 4096u % 1u);
+                                const int l39 = (int)((unsigned)e / 64u % 64u);
+                                const int l40 = (int)((unsigned)e / 1u % 64u);
+                                float a41 = 0.0f;
+                                for (int q = 0; q < 32; q++) a41 = fmaf((dt_smem + 0)[l37 * 2048 + l38 * 2048 + l39 * 32 + q * 1], (dt_smem + 4096)[l37 * 2048 + l38 * 2048 + l40 * 32 + q * 1], a41);
+                                v5[r] = a41;
                             }
                         }
                         #pragma unroll
@@ -2754,8 +2801,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
+                            const int l61 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = (o7 + l61 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -2769,10 +2816,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l62 = (j / 64) % 1;
+                            const int l63 = (j / 64) % 1;
+                            const int l64 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2801,22 +2848,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -2827,14 +2858,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o77 = 0; o77 < s3; o77 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l78 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o77 + l78);
                         }
                     }
                     float v17[1];
@@ -2842,8 +2873,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l79 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l79);
                         }
                     }
                     __syncthreads();
@@ -2859,9 +2890,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                            const int l80 = (int)((unsigned)e / 64u % 64u);
+                            const int l81 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l81]) <= ((dt_smem + 4096)[l80]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -2874,18 +2905,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
+                    for (long long o86 = 0; o86 < s5; o86 += 32) {
                         float v19[8];
+                        uint4 q87[1];
+                        bool f88[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l89 = (int)((unsigned)e / 2048u % 1u);
+                            const int l90 = (int)((unsigned)e / 2048u % 1u);
+                            const int l91 = (int)((unsigned)e / 32u % 64u);
+                            const int l92 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
+                            f88[c] = args.input_strides[0][3] == 1 && o1 + l89 < s0 && o2 + l90 < s1 && o3 + l91 < s2 && o86 + (l92 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l93 = (int)((unsigned)e / 2048u % 1u);
+                            const int l94 = (int)((unsigned)e / 2048u % 1u);
+                            const int l95 = (int)((unsigned)e / 32u % 64u);
+                            const int l96 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l93) * args.input_strides[0][0] + (o2 + l94) * args.input_strides[0][1] + (o3 + l95) * args.input_strides[0][2] + (o86 + l96) * args.input_strides[0][3];
+                            if (f88[c]) {
+                                const uint4 q = q87[c];
                                 v19[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v19[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v19[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2895,27 +2939,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v19[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v19[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 0] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + l96 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 1] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 2] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 3] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 4] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 5] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 6] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 7] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
+                        uint4 q97[1];
+                        bool f98[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l99 = (int)((unsigned)e / 2048u % 1u);
+                            const int l100 = (int)((unsigned)e / 2048u % 1u);
+                            const int l101 = (int)((unsigned)e / 32u % 64u);
+                            const int l102 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
+                            f98[c] = args.input_strides[1][3] == 1 && o1 + l99 < s0 && o2 + l100 < s1 && o77 + l101 < s3 && o86 + (l102 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l103 = (int)((unsigned)e / 2048u % 1u);
+                            const int l104 = (int)((unsigned)e / 2048u % 1u);
+                            const int l105 = (int)((unsigned)e / 32u % 64u);
+                            const int l106 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o77 + l105) * args.input_strides[1][2] + (o86 + l106) * args.input_strides[1][3];
+                            if (f98[c]) {
+                                const uint4 q = q97[c];
                                 v20[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                 v20[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                 v20[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2925,14 +2982,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v20[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v20[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 0] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + l106 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 1] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 2] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 3] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 4] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 5] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 6] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 7] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -2948,13 +3005,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                                const int l107 = (int)((unsigned)e / 4096u % 1u);
+                                const int l108 = (int)((unsigned)e / 4096u % 1u);
+                                const int l109 = (int)((unsigned)e / 64u % 64u);
+                                const int l110 = (int)((unsigned)e / 1u % 64u);
+                                float a111 = 0.0f;
+                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
+                                v21[r] = a111;
                             }
                         }
                         #pragma unroll
@@ -3029,27 +3086,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
+                            const int l128 = (int)((unsigned)e / 4096u % 1u);
+                            const int l129 = (int)((unsigned)e / 4096u % 1u);
+                            const int l130 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
                         }
                     }
                     float v31[16];
@@ -3057,7 +3106,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v31[r] = expf(v30[r]);
+                            v31[r] = dt_fast_exp(v30[r]);
                         }
                     }
                     float v32[16];
@@ -3065,8 +3114,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
+                            const int l139 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = (o77 + l139 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -3080,10 +3129,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l140 = (j / 64) % 1;
+                            const int l141 = (j / 64) % 1;
+                            const int l142 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3112,24 +3161,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -3140,14 +3173,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o157 = 0; o157 < s3; o157 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l158 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o157 + l158);
                             }
                         }
                         float v36[1];
@@ -3155,8 +3188,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l159 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l159);
                             }
                         }
                         __syncthreads();
@@ -3172,9 +3205,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                                const int l160 = (int)((unsigned)e / 64u % 64u);
+                                const int l161 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -3187,18 +3220,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
+                        for (long long o166 = 0; o166 < s5; o166 += 32) {
                             float v38[8];
+                            uint4 q167[1];
+                            bool f168[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
+                                const int l169 = (int)((unsigned)e / 2048u % 1u);
+                                const int l170 = (int)((unsigned)e / 2048u % 1u);
+                                const int l171 = (int)((unsigned)e / 32u % 64u);
+                                const int l172 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
+                                f168[c] = args.input_strides[0][3] == 1 && o1 + l169 < s0 && o2 + l170 < s1 && o3 + l171 < s2 && o166 + (l172 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l173 = (int)((unsigned)e / 2048u % 1u);
+                                const int l174 = (int)((unsigned)e / 2048u % 1u);
+                                const int l175 = (int)((unsigned)e / 32u % 64u);
+                                const int l176 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l173) * args.input_strides[0][0] + (o2 + l174) * args.input_strides[0][1] + (o3 + l175) * args.input_strides[0][2] + (o166 + l176) * args.input_strides[0][3];
+                                if (f168[c]) {
+                                    const uint4 q = q167[c];
                                     v38[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                     v38[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                     v38[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3208,27 +3254,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v38[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v38[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 0] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + l176 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 1] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 2] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 3] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 4] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 5] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 6] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 7] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
+                            uint4 q177[1];
+                            bool f178[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
+                                const int l179 = (int)((unsigned)e / 2048u % 1u);
+                                const int l180 = (int)((unsigned)e / 2048u % 1u);
+                                const int l181 = (int)((unsigned)e / 32u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
+                                f178[c] = args.input_strides[1][3] == 1 && o1 + l179 < s0 && o2 + l180 < s1 && o157 + l181 < s3 && o166 + (l182 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l183 = (int)((unsigned)e / 2048u % 1u);
+                                const int l184 = (int)((unsigned)e / 2048u % 1u);
+                                const int l185 = (int)((unsigned)e / 32u % 64u);
+                                const int l186 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o157 + l185) * args.input_strides[1][2] + (o166 + l186) * args.input_strides[1][3];
+                                if (f178[c]) {
+                                    const uint4 q = q177[c];
                                     v39[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                                     v39[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                                     v39[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3238,14 +3297,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v39[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v39[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 0] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + l186 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 1] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 2] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 3] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 4] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 5] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 6] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 7] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -3261,13 +3320,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l189 = (int)((unsigned)e / 64u % 64u);
+                                    const int l190 = (int)((unsigned)e / 1u % 64u);
+                                    float a191 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
+                                    v40[r] = a191;
                                 }
                             }
                             #pragma unroll
@@ -3342,27 +3401,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
+                                const int l208 = (int)((unsigned)e / 4096u % 1u);
+                                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                                const int l210 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
                             }
                         }
                         float v50[16];
@@ -3370,7 +3421,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v50[r] = expf(v49[r]);
+                                v50[r] = dt_fast_exp(v49[r]);
                             }
                         }
                         float v51[16];
@@ -3378,8 +3429,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
+                                const int l219 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = (o157 + l219 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -3387,11 +3438,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                                const int l220 = (int)((unsigned)e / 8192u % 1u);
+                                const int l221 = (int)((unsigned)e / 8192u % 1u);
+                                const int l222 = (int)((unsigned)e / 64u % 128u);
+                                const int l223 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l220 < s0 && o2 + l221 < s1 && o157 + l223 < s3 && o152 + l222 < s4) ? dt_load_f16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -3407,13 +3458,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                                const int l224 = (int)((unsigned)e / 8192u % 1u);
+                                const int l225 = (int)((unsigned)e / 8192u % 1u);
+                                const int l226 = (int)((unsigned)e / 128u % 64u);
+                                const int l227 = (int)((unsigned)e / 1u % 128u);
+                                float a228 = 0.0f;
+                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
+                                v53[r] = a228;
                             }
                         }
                         #pragma unroll 1
@@ -3432,48 +3483,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                            const int l237 = (int)((unsigned)e / 8192u % 1u);
+                            const int l238 = (int)((unsigned)e / 8192u % 1u);
+                            const int l239 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l241 = (int)((unsigned)e / 8192u % 1u);
+                        const int l242 = (int)((unsigned)e / 8192u % 1u);
+                        const int l243 = (int)((unsigned)e / 128u % 64u);
+                        const int l244 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + l244 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3498,12 +3541,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -3534,7 +3581,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -3543,7 +3590,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -3560,8 +3607,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -3577,16 +3624,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v3[8];
+                        uint4 q17[1];
+                        bool f18[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
+                            f18[c] = args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l23 = (int)((unsigned)e / 2048u % 1u);
+                            const int l24 = (int)((unsigned)e / 2048u % 1u);
+                            const int l25 = (int)((unsigned)e / 32u % 64u);
+                            const int l26 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o16 + l26) * args.input_strides[0][3];
+                            if (f18[c]) {
+                                const uint4 q = q17[c];
                                 v3[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v3[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v3[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3596,27 +3656,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v3[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v3[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v3[c * 8 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 0] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + l26 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 1] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 2] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 3] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 4] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 5] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 6] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 7] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
+                        uint4 q27[1];
+                        bool f28[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l29 = (int)((unsigned)e / 2048u % 1u);
+                            const int l30 = (int)((unsigned)e / 2048u % 1u);
+                            const int l31 = (int)((unsigned)e / 32u % 64u);
+                            const int l32 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
+                            f28[c] = args.input_strides[1][3] == 1 && o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o16 + (l32 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l33 = (int)((unsigned)e / 2048u % 1u);
+                            const int l34 = (int)((unsigned)e / 2048u % 1u);
+                            const int l35 = (int)((unsigned)e / 32u % 64u);
+                            const int l36 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l33) * args.input_strides[1][0] + (o2 + l34) * args.input_strides[1][1] + (o7 + l35) * args.input_strides[1][2] + (o16 + l36) * args.input_strides[1][3];
+                            if (f28[c]) {
+                                const uint4 q = q27[c];
                                 v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3626,14 +3699,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v4[c * 8 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 0] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + l36 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 1] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 2] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 3] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 4] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 5] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 6] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 7] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -3649,13 +3722,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                                const int l37 = (int)((unsigned)e / 4096u % 1u);
+                                const int l38 = (int)((unsigned)e / 4096u % 1u);
+                                const int l39 = (int)((unsigned)e / 64u % 64u);
+                                const int l40 = (int)((unsigned)e / 1u % 64u);
+                                float a41 = 0.0f;
+                                for (int q = 0; q < 32; q++) a41 = fmaf((dt_smem + 0)[l37 * 2048 + l38 * 2048 + l39 * 32 + q * 1], (dt_smem + 4096)[l37 * 2048 + l38 * 2048 + l40 * 32 + q * 1], a41);
+                                v5[r] = a41;
                             }
                         }
                         #pragma unroll
@@ -3735,8 +3808,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
+                            const int l61 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = (o7 + l61 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -3750,10 +3823,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l62 = (j / 64) % 1;
+                            const int l63 = (j / 64) % 1;
+                            const int l64 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3782,22 +3855,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -3808,14 +3865,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o77 = 0; o77 < s3; o77 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l78 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o77 + l78);
                         }
                     }
                     float v17[1];
@@ -3823,8 +3880,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l79 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l79);
                         }
                     }
                     __syncthreads();
@@ -3840,9 +3897,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                            const int l80 = (int)((unsigned)e / 64u % 64u);
+                            const int l81 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l81]) <= ((dt_smem + 4096)[l80]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3855,18 +3912,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
+                    for (long long o86 = 0; o86 < s5; o86 += 32) {
                         float v19[8];
+                        uint4 q87[1];
+                        bool f88[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in0 + a);
+                            const int l89 = (int)((unsigned)e / 2048u % 1u);
+                            const int l90 = (int)((unsigned)e / 2048u % 1u);
+                            const int l91 = (int)((unsigned)e / 32u % 64u);
+                            const int l92 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
+                            f88[c] = args.input_strides[0][3] == 1 && o1 + l89 < s0 && o2 + l90 < s1 && o3 + l91 < s2 && o86 + (l92 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l93 = (int)((unsigned)e / 2048u % 1u);
+                            const int l94 = (int)((unsigned)e / 2048u % 1u);
+                            const int l95 = (int)((unsigned)e / 32u % 64u);
+                            const int l96 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l93) * args.input_strides[0][0] + (o2 + l94) * args.input_strides[0][1] + (o3 + l95) * args.input_strides[0][2] + (o86 + l96) * args.input_strides[0][3];
+                            if (f88[c]) {
+                                const uint4 q = q87[c];
                                 v19[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v19[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v19[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3876,27 +3946,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v19[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v19[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v19[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 0] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + l96 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 1] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 2] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 3] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 4] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 5] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 6] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 7] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
+                        uint4 q97[1];
+                        bool f98[1];
                         #pragma unroll
                         for (int c = 0; c < 1; c++) {
                             const int e = (c * 256 + tid) * 8;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                const uint4 q = *(const uint4*)(in1 + a);
+                            const int l99 = (int)((unsigned)e / 2048u % 1u);
+                            const int l100 = (int)((unsigned)e / 2048u % 1u);
+                            const int l101 = (int)((unsigned)e / 32u % 64u);
+                            const int l102 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
+                            f98[c] = args.input_strides[1][3] == 1 && o1 + l99 < s0 && o2 + l100 < s1 && o77 + l101 < s3 && o86 + (l102 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
+                        }
+                        #pragma unroll
+                        for (int c = 0; c < 1; c++) {
+                            const int e = (c * 256 + tid) * 8;
+                            const int l103 = (int)((unsigned)e / 2048u % 1u);
+                            const int l104 = (int)((unsigned)e / 2048u % 1u);
+                            const int l105 = (int)((unsigned)e / 32u % 64u);
+                            const int l106 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o77 + l105) * args.input_strides[1][2] + (o86 + l106) * args.input_strides[1][3];
+                            if (f98[c]) {
+                                const uint4 q = q97[c];
                                 v20[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                 v20[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                 v20[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3906,14 +3989,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v20[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v20[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v20[c * 8 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 0] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + l106 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 1] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 2] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 3] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 4] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 5] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 6] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 7] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -3929,13 +4012,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                                const int l107 = (int)((unsigned)e / 4096u % 1u);
+                                const int l108 = (int)((unsigned)e / 4096u % 1u);
+                                const int l109 = (int)((unsigned)e / 64u % 64u);
+                                const int l110 = (int)((unsigned)e / 1u % 64u);
+                                float a111 = 0.0f;
+                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
+                                v21[r] = a111;
                             }
                         }
                         #pragma unroll
@@ -4010,27 +4093,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
+                            const int l128 = (int)((unsigned)e / 4096u % 1u);
+                            const int l129 = (int)((unsigned)e / 4096u % 1u);
+                            const int l130 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
                         }
                     }
                     float v31[16];
@@ -4038,7 +4113,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v31[r] = expf(v30[r]);
+                            v31[r] = dt_fast_exp(v30[r]);
                         }
                     }
                     float v32[16];
@@ -4046,8 +4121,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
+                            const int l139 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = (o77 + l139 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -4061,10 +4136,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l140 = (j / 64) % 1;
+                            const int l141 = (j / 64) % 1;
+                            const int l142 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4093,24 +4168,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -4121,14 +4180,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o157 = 0; o157 < s3; o157 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l158 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o157 + l158);
                             }
                         }
                         float v36[1];
@@ -4136,8 +4195,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l159 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l159);
                             }
                         }
                         __syncthreads();
@@ -4153,9 +4212,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                                const int l160 = (int)((unsigned)e / 64u % 64u);
+                                const int l161 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4168,18 +4227,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
+                        for (long long o166 = 0; o166 < s5; o166 += 32) {
                             float v38[8];
+                            uint4 q167[1];
+                            bool f168[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
+                                const int l169 = (int)((unsigned)e / 2048u % 1u);
+                                const int l170 = (int)((unsigned)e / 2048u % 1u);
+                                const int l171 = (int)((unsigned)e / 32u % 64u);
+                                const int l172 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
+                                f168[c] = args.input_strides[0][3] == 1 && o1 + l169 < s0 && o2 + l170 < s1 && o3 + l171 < s2 && o166 + (l172 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l173 = (int)((unsigned)e / 2048u % 1u);
+                                const int l174 = (int)((unsigned)e / 2048u % 1u);
+                                const int l175 = (int)((unsigned)e / 32u % 64u);
+                                const int l176 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l173) * args.input_strides[0][0] + (o2 + l174) * args.input_strides[0][1] + (o3 + l175) * args.input_strides[0][2] + (o166 + l176) * args.input_strides[0][3];
+                                if (f168[c]) {
+                                    const uint4 q = q167[c];
                                     v38[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                     v38[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                     v38[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4189,27 +4261,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v38[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v38[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v38[c * 8 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 0] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + l176 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 1] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 2] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 3] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 4] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 5] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 6] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 7] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
+                            uint4 q177[1];
+                            bool f178[1];
                             #pragma unroll
                             for (int c = 0; c < 1; c++) {
                                 const int e = (c * 256 + tid) * 8;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
+                                const int l179 = (int)((unsigned)e / 2048u % 1u);
+                                const int l180 = (int)((unsigned)e / 2048u % 1u);
+                                const int l181 = (int)((unsigned)e / 32u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
+                                f178[c] = args.input_strides[1][3] == 1 && o1 + l179 < s0 && o2 + l180 < s1 && o157 + l181 < s3 && o166 + (l182 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
+                            }
+                            #pragma unroll
+                            for (int c = 0; c < 1; c++) {
+                                const int e = (c * 256 + tid) * 8;
+                                const int l183 = (int)((unsigned)e / 2048u % 1u);
+                                const int l184 = (int)((unsigned)e / 2048u % 1u);
+                                const int l185 = (int)((unsigned)e / 32u % 64u);
+                                const int l186 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o157 + l185) * args.input_strides[1][2] + (o166 + l186) * args.input_strides[1][3];
+                                if (f178[c]) {
+                                    const uint4 q = q177[c];
                                     v39[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                                     v39[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                                     v39[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4219,14 +4304,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v39[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v39[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v39[c * 8 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 0] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + l186 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 1] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 2] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 3] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 4] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 5] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 6] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 7] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -4242,13 +4327,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l189 = (int)((unsigned)e / 64u % 64u);
+                                    const int l190 = (int)((unsigned)e / 1u % 64u);
+                                    float a191 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
+                                    v40[r] = a191;
                                 }
                             }
                             #pragma unroll
@@ -4323,27 +4408,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
+                                const int l208 = (int)((unsigned)e / 4096u % 1u);
+                                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                                const int l210 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
                             }
                         }
                         float v50[16];
@@ -4351,7 +4428,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v50[r] = expf(v49[r]);
+                                v50[r] = dt_fast_exp(v49[r]);
                             }
                         }
                         float v51[16];
@@ -4359,8 +4436,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
+                                const int l219 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = (o157 + l219 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -4368,11 +4445,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_bf16(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                                const int l220 = (int)((unsigned)e / 8192u % 1u);
+                                const int l221 = (int)((unsigned)e / 8192u % 1u);
+                                const int l222 = (int)((unsigned)e / 64u % 128u);
+                                const int l223 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l220 < s0 && o2 + l221 < s1 && o157 + l223 < s3 && o152 + l222 < s4) ? dt_load_bf16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4388,13 +4465,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                                const int l224 = (int)((unsigned)e / 8192u % 1u);
+                                const int l225 = (int)((unsigned)e / 8192u % 1u);
+                                const int l226 = (int)((unsigned)e / 128u % 64u);
+                                const int l227 = (int)((unsigned)e / 1u % 128u);
+                                float a228 = 0.0f;
+                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
+                                v53[r] = a228;
                             }
                         }
                         #pragma unroll 1
@@ -4413,48 +4490,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                            const int l237 = (int)((unsigned)e / 8192u % 1u);
+                            const int l238 = (int)((unsigned)e / 8192u % 1u);
+                            const int l239 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l241 = (int)((unsigned)e / 8192u % 1u);
+                        const int l242 = (int)((unsigned)e / 8192u % 1u);
+                        const int l243 = (int)((unsigned)e / 128u % 64u);
+                        const int l244 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + l244 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4479,12 +4548,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g3 = rest % (dt_cdiv(s4, 128)); rest /= (dt_cdiv(s4, 128));
-    const long long g2 = rest % (dt_cdiv(s2, 64)); rest /= (dt_cdiv(s2, 64));
-    const long long g1 = rest % (dt_cdiv(s1, 1)); rest /= (dt_cdiv(s1, 1));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -4515,7 +4588,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l8 = (e / 1) % 64;
+                            const int l8 = (int)((unsigned)e / 1u % 64u);
                             v0[r] = (float)(o7 + l8);
                         }
                     }
@@ -4524,7 +4597,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l9 = (e / 1) % 64;
+                            const int l9 = (int)((unsigned)e / 1u % 64u);
                             v1[r] = (float)(o3 + l9);
                         }
                     }
@@ -4541,8 +4614,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l10 = (e / 64) % 64;
-                            const int l11 = (e / 1) % 64;
+                            const int l10 = (int)((unsigned)e / 64u % 64u);
+                            const int l11 = (int)((unsigned)e / 1u % 64u);
                             v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
                         }
                     }
@@ -4561,44 +4634,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l17 = (e / 2048) % 1;
-                            const int l18 = (e / 2048) % 1;
-                            const int l19 = (e / 32) % 64;
-                            const int l20 = (e / 1) % 32;
-                            const long long a = (o1 + l17) * args.input_strides[0][0] + (o2 + l18) * args.input_strides[0][1] + (o3 + l19) * args.input_strides[0][2] + (o16 + l20) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 1] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 2] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 3] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + (l20 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + l22 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v4[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l21 = (e / 2048) % 1;
-                            const int l22 = (e / 2048) % 1;
-                            const int l23 = (e / 32) % 64;
-                            const int l24 = (e / 1) % 32;
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o16 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 0] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + l28 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 1] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 2] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 3] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4614,13 +4687,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l25 = (e / 4096) % 1;
-                                const int l26 = (e / 4096) % 1;
-                                const int l27 = (e / 64) % 64;
-                                const int l28 = (e / 1) % 64;
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v5[r] = a29;
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
+                                float a33 = 0.0f;
+                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                v5[r] = a33;
                             }
                         }
                         #pragma unroll
@@ -4700,8 +4773,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l49 = (e / 1) % 64;
-                            v13[r] = (o7 + l49 < s3) ? v12[r] : (-INFINITY);
+                            const int l53 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = (o7 + l53 < s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -4715,10 +4788,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l50 = (j / 64) % 1;
-                            const int l51 = (j / 64) % 1;
-                            const int l52 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            const int l54 = (j / 64) % 1;
+                            const int l55 = (j / 64) % 1;
+                            const int l56 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4747,22 +4820,6 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         v15[r] = acc0[r];
                     }
                 }
-                /* mc.fuse_at(attention_causal, i) */
-                float acc2[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc2[r] = v15[r];
-                    }
-                }
                 /* rsum identity */
                 float acc3[1];
                 #pragma unroll
@@ -4773,14 +4830,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o71 = 0; o71 < s3; o71 += 64) {
+                for (long long o69 = 0; o69 < s3; o69 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l72 = (e / 1) % 64;
-                            v16[r] = (float)(o71 + l72);
+                            const int l70 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o69 + l70);
                         }
                     }
                     float v17[1];
@@ -4788,8 +4845,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l73 = (e / 1) % 64;
-                            v17[r] = (float)(o3 + l73);
+                            const int l71 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l71);
                         }
                     }
                     __syncthreads();
@@ -4805,9 +4862,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l74 = (e / 64) % 64;
-                            const int l75 = (e / 1) % 64;
-                            v18[r] = (((dt_smem + 0)[l75]) <= ((dt_smem + 4096)[l74]) ? 1.0f : 0.0f);
+                            const int l72 = (int)((unsigned)e / 64u % 64u);
+                            const int l73 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -4820,49 +4877,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o80 = 0; o80 < s5; o80 += 32) {
+                    for (long long o78 = 0; o78 < s5; o78 += 32) {
                         float v19[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l81 = (e / 2048) % 1;
-                            const int l82 = (e / 2048) % 1;
-                            const int l83 = (e / 32) % 64;
-                            const int l84 = (e / 1) % 32;
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o80 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l81 = (int)((unsigned)e / 2048u % 1u);
+                            const int l82 = (int)((unsigned)e / 2048u % 1u);
+                            const int l83 = (int)((unsigned)e / 32u % 64u);
+                            const int l84 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o78 + l84) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o80 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                             }
                         }
                         float v20[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l85 = (e / 2048) % 1;
-                            const int l86 = (e / 2048) % 1;
-                            const int l87 = (e / 32) % 64;
-                            const int l88 = (e / 1) % 32;
-                            const long long a = (o1 + l85) * args.input_strides[1][0] + (o2 + l86) * args.input_strides[1][1] + (o71 + l87) * args.input_strides[1][2] + (o80 + l88) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l87 = (int)((unsigned)e / 2048u % 1u);
+                            const int l88 = (int)((unsigned)e / 2048u % 1u);
+                            const int l89 = (int)((unsigned)e / 32u % 64u);
+                            const int l90 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o78 + l90) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + l88 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 1] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 2] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 3] = (o1 + l85 < s0 && o2 + l86 < s1 && o71 + l87 < s3 && o80 + (l88 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 0] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + l90 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 1] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 2] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 3] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -4878,13 +4935,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l89 = (e / 4096) % 1;
-                                const int l90 = (e / 4096) % 1;
-                                const int l91 = (e / 64) % 64;
-                                const int l92 = (e / 1) % 64;
-                                float a93 = 0.0f;
-                                for (int q = 0; q < 32; q++) a93 = fmaf((dt_smem + 0)[l89 * 2048 + l90 * 2048 + l91 * 32 + q * 1], (dt_smem + 4096)[l89 * 2048 + l90 * 2048 + l92 * 32 + q * 1], a93);
-                                v21[r] = a93;
+                                const int l91 = (int)((unsigned)e / 4096u % 1u);
+                                const int l92 = (int)((unsigned)e / 4096u % 1u);
+                                const int l93 = (int)((unsigned)e / 64u % 64u);
+                                const int l94 = (int)((unsigned)e / 1u % 64u);
+                                float a95 = 0.0f;
+                                for (int q = 0; q < 32; q++) a95 = fmaf((dt_smem + 0)[l91 * 2048 + l92 * 2048 + l93 * 32 + q * 1], (dt_smem + 4096)[l91 * 2048 + l92 * 2048 + l94 * 32 + q * 1], a95);
+                                v21[r] = a95;
                             }
                         }
                         #pragma unroll
@@ -4959,27 +5016,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
                         }
                     }
-                    float v29[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v29[r] = acc2[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v29[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                     __syncthreads();
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l113 = (e / 4096) % 1;
-                            const int l114 = (e / 4096) % 1;
-                            const int l115 = (e / 64) % 64;
-                            v30[r] = (v28[r] - (dt_smem + 0)[l113 * 64 + l114 * 64 + l115]);
+                            const int l112 = (int)((unsigned)e / 4096u % 1u);
+                            const int l113 = (int)((unsigned)e / 4096u % 1u);
+                            const int l114 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
                         }
                     }
                     float v31[16];
@@ -4995,8 +5044,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l124 = (e / 1) % 64;
-                            v32[r] = (o71 + l124 < s3) ? v31[r] : 0e0f;
+                            const int l123 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = (o69 + l123 < s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -5010,10 +5059,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
+                            const int l124 = (j / 64) % 1;
                             const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 64) % 1;
-                            const int l127 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l125 * 4096 + l126 * 4096 + l127 * 64 + i * 1];
+                            const int l126 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -5042,24 +5091,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         v34[r] = acc3[r];
                     }
                 }
-                /* lc.fuse_at(attention_causal, i) */
-                float acc5[1];
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = 0e0f;
-                    }
-                }
-                #pragma unroll
-                for (int r = 0; r < 1; r++) {
-                    const int e = tid + r * 256;
-                    if (e < 64) {
-                        acc5[r] = v34[r];
-                    }
-                }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o143 = b4 * 128; o143 < dt_min_ll(b4 * 128 + 128, s4); o143 += 128) {
+                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -5070,14 +5103,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o148 = 0; o148 < s3; o148 += 64) {
+                    for (long long o141 = 0; o141 < s3; o141 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l149 = (e / 1) % 64;
-                                v35[r] = (float)(o148 + l149);
+                                const int l142 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o141 + l142);
                             }
                         }
                         float v36[1];
@@ -5085,8 +5118,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l150 = (e / 1) % 64;
-                                v36[r] = (float)(o3 + l150);
+                                const int l143 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l143);
                             }
                         }
                         __syncthreads();
@@ -5102,9 +5135,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l151 = (e / 64) % 64;
-                                const int l152 = (e / 1) % 64;
-                                v37[r] = (((dt_smem + 0)[l152]) <= ((dt_smem + 4096)[l151]) ? 1.0f : 0.0f);
+                                const int l144 = (int)((unsigned)e / 64u % 64u);
+                                const int l145 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l145]) <= ((dt_smem + 4096)[l144]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -5117,49 +5150,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o157 = 0; o157 < s5; o157 += 32) {
+                        for (long long o150 = 0; o150 < s5; o150 += 32) {
                             float v38[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l158 = (e / 2048) % 1;
-                                const int l159 = (e / 2048) % 1;
-                                const int l160 = (e / 32) % 64;
-                                const int l161 = (e / 1) % 32;
-                                const long long a = (o1 + l158) * args.input_strides[0][0] + (o2 + l159) * args.input_strides[0][1] + (o3 + l160) * args.input_strides[0][2] + (o157 + l161) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l153 = (int)((unsigned)e / 2048u % 1u);
+                                const int l154 = (int)((unsigned)e / 2048u % 1u);
+                                const int l155 = (int)((unsigned)e / 32u % 64u);
+                                const int l156 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o150 + l156) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + l161 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 1] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 2] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 3] = (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o157 + (l161 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + l156 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
                                 }
                             }
                             float v39[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l162 = (e / 2048) % 1;
-                                const int l163 = (e / 2048) % 1;
-                                const int l164 = (e / 32) % 64;
-                                const int l165 = (e / 1) % 32;
-                                const long long a = (o1 + l162) * args.input_strides[1][0] + (o2 + l163) * args.input_strides[1][1] + (o148 + l164) * args.input_strides[1][2] + (o157 + l165) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l159 = (int)((unsigned)e / 2048u % 1u);
+                                const int l160 = (int)((unsigned)e / 2048u % 1u);
+                                const int l161 = (int)((unsigned)e / 32u % 64u);
+                                const int l162 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o150 + l162) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + l165 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 1] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 2] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 3] = (o1 + l162 < s0 && o2 + l163 < s1 && o148 + l164 < s3 && o157 + (l165 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 0] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + l162 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 1] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 2] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 3] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
                                 }
                             }
                             __syncthreads();
@@ -5175,13 +5208,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l166 = (e / 4096) % 1;
-                                    const int l167 = (e / 4096) % 1;
-                                    const int l168 = (e / 64) % 64;
-                                    const int l169 = (e / 1) % 64;
-                                    float a170 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a170 = fmaf((dt_smem + 0)[l166 * 2048 + l167 * 2048 + l168 * 32 + q * 1], (dt_smem + 4096)[l166 * 2048 + l167 * 2048 + l169 * 32 + q * 1], a170);
-                                    v40[r] = a170;
+                                    const int l163 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l164 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l165 = (int)((unsigned)e / 64u % 64u);
+                                    const int l166 = (int)((unsigned)e / 1u % 64u);
+                                    float a167 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a167 = fmaf((dt_smem + 0)[l163 * 2048 + l164 * 2048 + l165 * 32 + q * 1], (dt_smem + 4096)[l163 * 2048 + l164 * 2048 + l166 * 32 + q * 1], a167);
+                                    v40[r] = a167;
                                 }
                             }
                             #pragma unroll
@@ -5256,27 +5289,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
                             }
                         }
-                        float v48[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 64) {
-                                v48[r] = acc2[r];
-                            }
-                        }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v48[r]; }
+                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v15[r]; }
                         __syncthreads();
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l190 = (e / 4096) % 1;
-                                const int l191 = (e / 4096) % 1;
-                                const int l192 = (e / 64) % 64;
-                                v49[r] = (v47[r] - (dt_smem + 0)[l190 * 64 + l191 * 64 + l192]);
+                                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                                const int l185 = (int)((unsigned)e / 4096u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
                             }
                         }
                         float v50[16];
@@ -5292,8 +5317,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l201 = (e / 1) % 64;
-                                v51[r] = (o148 + l201 < s3) ? v50[r] : 0e0f;
+                                const int l195 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = (o141 + l195 < s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -5301,11 +5326,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l202 = (e / 8192) % 1;
-                                const int l203 = (e / 8192) % 1;
-                                const int l204 = (e / 64) % 128;
-                                const int l205 = (e / 1) % 64;
-                                v52[r] = (o1 + l202 < s0 && o2 + l203 < s1 && o148 + l205 < s3 && o143 + l204 < s4) ? dt_load_f32(in2[(o1 + l202) * args.input_strides[2][0] + (o2 + l203) * args.input_strides[2][1] + (o148 + l205) * args.input_strides[2][2] + (o143 + l204) * args.input_strides[2][3]]) : 0.0f;
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 8192u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 128u);
+                                const int l199 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
                             }
                         }
                         __syncthreads();
@@ -5321,13 +5346,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l206 = (e / 8192) % 1;
-                                const int l207 = (e / 8192) % 1;
-                                const int l208 = (e / 128) % 64;
-                                const int l209 = (e / 1) % 128;
-                                float a210 = 0.0f;
-                                for (int q = 0; q < 64; q++) a210 = fmaf((dt_smem + 0)[l206 * 4096 + l207 * 4096 + l208 * 64 + q * 1], (dt_smem + 4096)[l206 * 8192 + l207 * 8192 + l209 * 64 + q * 1], a210);
-                                v53[r] = a210;
+                                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                                const int l202 = (int)((unsigned)e / 128u % 64u);
+                                const int l203 = (int)((unsigned)e / 1u % 128u);
+                                float a204 = 0.0f;
+                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
+                                v53[r] = a204;
                             }
                         }
                         #pragma unroll 1
@@ -5346,44 +5371,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             v54[r] = acc6[r];
                         }
                     }
-                    float v55[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 64) {
-                            v55[r] = acc5[r];
-                        }
-                    }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v55[r]; }
+                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l222 = (e / 8192) % 1;
-                            const int l223 = (e / 8192) % 1;
-                            const int l224 = (e / 128) % 64;
-                            v56[r] = (v54[r] / (dt_smem + 0)[l222 * 64 + l223 * 64 + l224]);
+                            const int l213 = (int)((unsigned)e / 8192u % 1u);
+                            const int l214 = (int)((unsigned)e / 8192u % 1u);
+                            const int l215 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l226 = (e / 8192) % 1;
-                        const int l227 = (e / 8192) % 1;
-                        const int l228 = (e / 128) % 64;
-                        const int l229 = (e / 1) % 128;
-                        const long long a = (o1 + l226) * args.output_strides[0] + (o2 + l227) * args.output_strides[1] + (o3 + l228) * args.output_strides[2] + (o143 + l229) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (int)((unsigned)e / 8192u % 1u);
+                        const int l218 = (int)((unsigned)e / 8192u % 1u);
+                        const int l219 = (int)((unsigned)e / 128u % 64u);
+                        const int l220 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + l229 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if (o1 + l226 < s0 && o2 + l227 < s1 && o3 + l228 < s2 && o143 + (l229 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -185,6 +202,565 @@ typedef struct dt_args {
     long long sizes[16];
     float scalars[8];
 } dt_args;
+
+/* kernel dyt_1k for f16: grid block(x:1, y:1024); 128 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
+    const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = tid + r * 128;
+                if (e < 1) {
+                    v0[r] = args.scalars[0];
+                }
+            }
+            float v1[8];
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l7 = (int)((unsigned)e / 1024u % 1u);
+                const int l8 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                if (f4[c]) {
+                    const uint4 q = q3[c];
+                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                }
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
+            __syncthreads();
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            float v4[8];
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l15) * args.input_strides[1][0];
+                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l16) * args.input_strides[1][0];
+                if (f14[c]) {
+                    const uint4 q = q13[c];
+                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            float v6[8];
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l21) * args.input_strides[2][0];
+                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l22) * args.input_strides[2][0];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
+                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
+    const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = tid + r * 128;
+                if (e < 1) {
+                    v0[r] = args.scalars[0];
+                }
+            }
+            float v1[8];
+            uint4 q3[1];
+            bool f4[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l7 = (int)((unsigned)e / 1024u % 1u);
+                const int l8 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                if (f4[c]) {
+                    const uint4 q = q3[c];
+                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                }
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
+            __syncthreads();
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v3[r] = dt_fast_tanh(v2[r]);
+                }
+            }
+            float v4[8];
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l15) * args.input_strides[1][0];
+                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l16) * args.input_strides[1][0];
+                if (f14[c]) {
+                    const uint4 q = q13[c];
+                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            float v6[8];
+            uint4 q19[1];
+            bool f20[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l21) * args.input_strides[2][0];
+                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l22) * args.input_strides[2][0];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
+                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                } else {
+                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 128 + tid) * 8;
+                const int l25 = (int)((unsigned)e / 1024u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
+                } else {
+                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
+    const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
+    float* __restrict__ out = (float*)args.output; /* dyt_1k */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
+    /* block(x:1) dyt_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        /* block(y:1024) dyt_1k.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
+            float v0[1];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = tid + r * 128;
+                if (e < 1) {
+                    v0[r] = args.scalars[0];
+                }
+            }
+            float v1[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v1[c * 4 + 0] = __uint_as_float(q.x);
+                    v1[c * 4 + 1] = __uint_as_float(q.y);
+                    v1[c * 4 + 2] = __uint_as_float(q.z);
+                    v1[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v1[c * 4 + 0] = (o1 + l5 < s0 && o2 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 1] = (o1 + l5 < s0 && o2 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 2] = (o1 + l5 < s0 && o2 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 3] = (o1 + l5 < s0 && o2 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                }
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
+            __syncthreads();
+            float v2[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = tanhf(v2[r]);
+                }
+            }
+            float v4[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l13 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l13) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o2 + (l13 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in1 + a);
+                    v4[c * 4 + 0] = __uint_as_float(q.x);
+                    v4[c * 4 + 1] = __uint_as_float(q.y);
+                    v4[c * 4 + 2] = __uint_as_float(q.z);
+                    v4[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v4[c * 4 + 0] = (o2 + l13 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 1] = (o2 + (l13 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 2] = (o2 + (l13 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 3] = (o2 + (l13 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                }
+            }
+            float v5[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v5[r] = (v3[r] * v4[r]);
+                }
+            }
+            float v6[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o2 + l18) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o2 + (l18 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in2 + a);
+                    v6[c * 4 + 0] = __uint_as_float(q.x);
+                    v6[c * 4 + 1] = __uint_as_float(q.y);
+                    v6[c * 4 + 2] = __uint_as_float(q.z);
+                    v6[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v6[c * 4 + 0] = (o2 + l18 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 1] = (o2 + (l18 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 2] = (o2 + (l18 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 3] = (o2 + (l18 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                }
+            }
+            float v7[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = (v5[r] + v6[r]);
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l21 = (int)((unsigned)e / 1024u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
+                } else {
+                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                }
+            }
+        }
+    }
+}
 
 /* kernel dyt for f16: grid block(x:1, y:2048); 256 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args) {
@@ -198,10 +774,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -219,14 +797,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                 }
             }
             float v1[8];
+            uint4 q3[1];
+            bool f4[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l3 = (e / 2048) % 1;
-                const int l4 = (e / 1) % 2048;
-                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int l5 = (int)((unsigned)e / 2048u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l7 = (int)((unsigned)e / 2048u % 1u);
+                const int l8 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                if (f4[c]) {
+                    const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -236,14 +825,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                     v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l3 < s0 && o2 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l3 < s0 && o2 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l3 < s0 && o2 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l3 < s0 && o2 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
@@ -263,17 +852,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v3[r] = tanhf(v2[r]);
+                    v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
             float v4[8];
+            uint4 q13[1];
+            bool f14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l9 = (e / 1) % 2048;
-                const long long a = (o2 + l9) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o2 + (l9 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in1 + a);
+                const int l15 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l15) * args.input_strides[1][0];
+                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l16) * args.input_strides[1][0];
+                if (f14[c]) {
+                    const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -283,14 +882,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l9 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l9 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l9 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l9 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l9 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v5[8];
@@ -302,13 +901,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                 }
             }
             float v6[8];
+            uint4 q19[1];
+            bool f20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l12 = (e / 1) % 2048;
-                const long long a = (o2 + l12) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o2 + (l12 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in2 + a);
+                const int l21 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l21) * args.input_strides[2][0];
+                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l22) * args.input_strides[2][0];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -318,14 +927,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l12 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l12 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l12 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l12 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l12 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v7[8];
@@ -339,20 +948,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l15 = (e / 2048) % 1;
-                const int l16 = (e / 1) % 2048;
-                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -371,10 +980,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -392,14 +1003,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                 }
             }
             float v1[8];
+            uint4 q3[1];
+            bool f4[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l3 = (e / 2048) % 1;
-                const int l4 = (e / 1) % 2048;
-                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int l5 = (int)((unsigned)e / 2048u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l7 = (int)((unsigned)e / 2048u % 1u);
+                const int l8 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                if (f4[c]) {
+                    const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -409,14 +1031,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                     v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l3 < s0 && o2 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l3 < s0 && o2 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l3 < s0 && o2 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l3 < s0 && o2 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
@@ -436,17 +1058,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v3[r] = tanhf(v2[r]);
+                    v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
             float v4[8];
+            uint4 q13[1];
+            bool f14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l9 = (e / 1) % 2048;
-                const long long a = (o2 + l9) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o2 + (l9 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in1 + a);
+                const int l15 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l15) * args.input_strides[1][0];
+                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l16 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l16) * args.input_strides[1][0];
+                if (f14[c]) {
+                    const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -456,14 +1088,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l9 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l9 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l9 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l9 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l9 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v5[8];
@@ -475,13 +1107,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                 }
             }
             float v6[8];
+            uint4 q19[1];
+            bool f20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l12 = (e / 1) % 2048;
-                const long long a = (o2 + l12) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o2 + (l12 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in2 + a);
+                const int l21 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l21) * args.input_strides[2][0];
+                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l22) * args.input_strides[2][0];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -491,14 +1133,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l12 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l12 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l12 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l12 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l12 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v7[8];
@@ -512,20 +1154,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l15 = (e / 2048) % 1;
-                const int l16 = (e / 1) % 2048;
-                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l25 = (int)((unsigned)e / 2048u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -544,10 +1186,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* dyt */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g1 = rest % (dt_cdiv(s1, 2048)); rest /= (dt_cdiv(s1, 2048));
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -568,20 +1212,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l3 = (e / 2048) % 1;
-                const int l4 = (e / 1) % 2048;
-                const long long a = (o1 + l3) * args.input_strides[0][0] + (o2 + l4) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && o2 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l5 = (int)((unsigned)e / 2048u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 1] = (o1 + l3 < s0 && o2 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 2] = (o1 + l3 < s0 && o2 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 3] = (o1 + l3 < s0 && o2 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 0] = (o1 + l5 < s0 && o2 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 1] = (o1 + l5 < s0 && o2 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 2] = (o1 + l5 < s0 && o2 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 3] = (o1 + l5 < s0 && o2 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
@@ -608,19 +1252,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l9 = (e / 1) % 2048;
-                const long long a = (o2 + l9) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o2 + (l9 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l13 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l13) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o2 + (l13 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = (o2 + l9 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 1] = (o2 + (l9 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 2] = (o2 + (l9 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 3] = (o2 + (l9 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 0] = (o2 + l13 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 1] = (o2 + (l13 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 2] = (o2 + (l13 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 3] = (o2 + (l13 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v5[8];
@@ -635,19 +1279,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l12 = (e / 1) % 2048;
-                const long long a = (o2 + l12) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o2 + (l12 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l18 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o2 + l18) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o2 + (l18 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = (o2 + l12 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 1] = (o2 + (l12 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 2] = (o2 + (l12 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 3] = (o2 + (l12 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 0] = (o2 + l18 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 1] = (o2 + (l18 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 2] = (o2 + (l18 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 3] = (o2 + (l18 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v7[8];
@@ -661,16 +1305,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l15 = (e / 2048) % 1;
-                const int l16 = (e / 1) % 2048;
-                const long long a = (o1 + l15) * args.output_strides[0] + (o2 + l16) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l15 < s0 && o2 + (l16 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l21 = (int)((unsigned)e / 2048u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 2048u);
+                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if (o1 + l15 < s0 && o2 + l16 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if (o1 + l15 < s0 && o2 + (l16 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }

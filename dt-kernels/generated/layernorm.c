@@ -85,7 +85,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:2) */
+/* kernel layernorm_1k for f16: grid block(x:1) */
 void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -93,146 +93,111 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k */
-    float* arena = (float*)malloc(sizeof(float) * 28707);
+    float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) layernorm_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 28699)[l2] = 0e0f;
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 15375)[l2] = 0e0f;
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 2048)[l7 * 1024 + r8 * 1];
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 28699)[l10] = (arena + 28699)[l10] + (arena + 4096)[l10];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 28699)[l11];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 15375)[l11];
             }
-            (arena + 4100)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 4101)[l12] = ((arena + 4098)[l12] / (arena + 4100)[0]);
-            }
-            /* mean_1k.fuse_at(layernorm_1k, x) */
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 28701)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 28701)[l14] = (arena + 4101)[l14];
+            (arena + 2050)[0] = (float)s1;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 28703)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 15377)[l13] = 0e0f;
             }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                (arena + 6151)[l16] = (arena + 28701)[l16];
-            }
-            for (long long l17 = 0; l17 < 2; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 6153)[l17 * 1024 + l18] = ((arena + 0)[l17 * 1024 + l18] - (arena + 6151)[l17]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
                 }
             }
-            for (long long l19 = 0; l19 < 2; l19++) {
-                (arena + 10249)[l19] = (arena + 28701)[l19];
-            }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10251)[l20 * 1024 + l21] = ((arena + 0)[l20 * 1024 + l21] - (arena + 10249)[l20]);
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 12299)[l22 * 1024 + l23] = ((arena + 6153)[l22 * 1024 + l23] * (arena + 10251)[l22 * 1024 + l23]);
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
                 }
             }
-            for (long long l24 = 0; l24 < 2; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 14347)[l24 * 1024 + l25] = (0 + l25 < s1) ? (arena + 12299)[l24 * 1024 + l25] : 0e0f;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
+                (arena + 8198)[l20] = a22;
+            }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 8199)[l24] = (arena + 15377)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+            }
+            (arena + 10252)[0] = args->scalars[0];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 1024; l29++) {
+                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
                 }
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 1024; r27++) a28 = a28 + (arena + 14347)[l26 * 1024 + r27 * 1];
-                (arena + 16395)[l26] = a28;
+            for (long long l30 = 0; l30 < 1024; l30++) {
+                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 28703)[l29] = (arena + 28703)[l29] + (arena + 16395)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                (arena + 16397)[l30] = (arena + 28703)[l30];
-            }
-            for (long long l31 = 0; l31 < 2; l31++) {
-                (arena + 16400)[l31] = ((arena + 16397)[l31] / (arena + 4100)[0]);
-            }
-            /* variance_1k.fuse_at(layernorm_1k, x) */
-            for (long long l32 = 0; l32 < 2; l32++) {
-                (arena + 28705)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 2; l33++) {
-                (arena + 28705)[l33] = (arena + 16400)[l33];
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18450)[l34] = (arena + 28701)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18452)[l35 * 1024 + l36] = ((arena + 0)[l35 * 1024 + l36] - (arena + 18450)[l35]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 1024; l32++) {
+                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
                 }
             }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                (arena + 20500)[l37] = (arena + 28705)[l37];
+            for (long long l33 = 0; l33 < 1024; l33++) {
+                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            (arena + 20502)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 2; l38++) {
-                (arena + 20503)[l38] = ((arena + 20500)[l38] + (arena + 20502)[0]);
-            }
-            for (long long l39 = 0; l39 < 2; l39++) {
-                (arena + 20505)[l39] = dt_rsqrt((arena + 20503)[l39]);
-            }
-            for (long long l40 = 0; l40 < 2; l40++) {
-                for (long long l41 = 0; l41 < 1024; l41++) {
-                    (arena + 20507)[l40 * 1024 + l41] = ((arena + 18452)[l40 * 1024 + l41] * (arena + 20505)[l40]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 1024; l35++) {
+                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
                 }
             }
-            for (long long l42 = 0; l42 < 1024; l42++) {
-                (arena + 22555)[l42] = (0 + l42 < s1) ? dt_load_f16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
-            }
-            for (long long l43 = 0; l43 < 2; l43++) {
-                for (long long l44 = 0; l44 < 1024; l44++) {
-                    (arena + 23579)[l43 * 1024 + l44] = ((arena + 20507)[l43 * 1024 + l44] * (arena + 22555)[l44]);
-                }
-            }
-            for (long long l45 = 0; l45 < 1024; l45++) {
-                (arena + 25627)[l45] = (0 + l45 < s1) ? dt_load_f16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
-            }
-            for (long long l46 = 0; l46 < 2; l46++) {
-                for (long long l47 = 0; l47 < 1024; l47++) {
-                    (arena + 26651)[l46 * 1024 + l47] = ((arena + 23579)[l46 * 1024 + l47] + (arena + 25627)[l47]);
-                }
-            }
-            for (long long l48 = 0; l48 < 2; l48++) {
-                for (long long l49 = 0; l49 < 1024; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f16((arena + 26651)[l48 * 1024 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 1024; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 14351)[l36 * 1024 + l37]);
                 }
             }
         }
@@ -240,7 +205,7 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:2) */
+/* kernel layernorm_1k for bf16: grid block(x:1) */
 void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -248,146 +213,111 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k */
-    float* arena = (float*)malloc(sizeof(float) * 28707);
+    float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) layernorm_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 28699)[l2] = 0e0f;
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 15375)[l2] = 0e0f;
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 2048)[l7 * 1024 + r8 * 1];
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 28699)[l10] = (arena + 28699)[l10] + (arena + 4096)[l10];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 28699)[l11];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 15375)[l11];
             }
-            (arena + 4100)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 4101)[l12] = ((arena + 4098)[l12] / (arena + 4100)[0]);
-            }
-            /* mean_1k.fuse_at(layernorm_1k, x) */
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 28701)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 28701)[l14] = (arena + 4101)[l14];
+            (arena + 2050)[0] = (float)s1;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 28703)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 15377)[l13] = 0e0f;
             }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                (arena + 6151)[l16] = (arena + 28701)[l16];
-            }
-            for (long long l17 = 0; l17 < 2; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 6153)[l17 * 1024 + l18] = ((arena + 0)[l17 * 1024 + l18] - (arena + 6151)[l17]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
                 }
             }
-            for (long long l19 = 0; l19 < 2; l19++) {
-                (arena + 10249)[l19] = (arena + 28701)[l19];
-            }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10251)[l20 * 1024 + l21] = ((arena + 0)[l20 * 1024 + l21] - (arena + 10249)[l20]);
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 12299)[l22 * 1024 + l23] = ((arena + 6153)[l22 * 1024 + l23] * (arena + 10251)[l22 * 1024 + l23]);
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
                 }
             }
-            for (long long l24 = 0; l24 < 2; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 14347)[l24 * 1024 + l25] = (0 + l25 < s1) ? (arena + 12299)[l24 * 1024 + l25] : 0e0f;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
+                (arena + 8198)[l20] = a22;
+            }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 8199)[l24] = (arena + 15377)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+            }
+            (arena + 10252)[0] = args->scalars[0];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 1024; l29++) {
+                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
                 }
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 1024; r27++) a28 = a28 + (arena + 14347)[l26 * 1024 + r27 * 1];
-                (arena + 16395)[l26] = a28;
+            for (long long l30 = 0; l30 < 1024; l30++) {
+                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 28703)[l29] = (arena + 28703)[l29] + (arena + 16395)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                (arena + 16397)[l30] = (arena + 28703)[l30];
-            }
-            for (long long l31 = 0; l31 < 2; l31++) {
-                (arena + 16400)[l31] = ((arena + 16397)[l31] / (arena + 4100)[0]);
-            }
-            /* variance_1k.fuse_at(layernorm_1k, x) */
-            for (long long l32 = 0; l32 < 2; l32++) {
-                (arena + 28705)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 2; l33++) {
-                (arena + 28705)[l33] = (arena + 16400)[l33];
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18450)[l34] = (arena + 28701)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18452)[l35 * 1024 + l36] = ((arena + 0)[l35 * 1024 + l36] - (arena + 18450)[l35]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 1024; l32++) {
+                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
                 }
             }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                (arena + 20500)[l37] = (arena + 28705)[l37];
+            for (long long l33 = 0; l33 < 1024; l33++) {
+                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            (arena + 20502)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 2; l38++) {
-                (arena + 20503)[l38] = ((arena + 20500)[l38] + (arena + 20502)[0]);
-            }
-            for (long long l39 = 0; l39 < 2; l39++) {
-                (arena + 20505)[l39] = dt_rsqrt((arena + 20503)[l39]);
-            }
-            for (long long l40 = 0; l40 < 2; l40++) {
-                for (long long l41 = 0; l41 < 1024; l41++) {
-                    (arena + 20507)[l40 * 1024 + l41] = ((arena + 18452)[l40 * 1024 + l41] * (arena + 20505)[l40]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 1024; l35++) {
+                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
                 }
             }
-            for (long long l42 = 0; l42 < 1024; l42++) {
-                (arena + 22555)[l42] = (0 + l42 < s1) ? dt_load_bf16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
-            }
-            for (long long l43 = 0; l43 < 2; l43++) {
-                for (long long l44 = 0; l44 < 1024; l44++) {
-                    (arena + 23579)[l43 * 1024 + l44] = ((arena + 20507)[l43 * 1024 + l44] * (arena + 22555)[l44]);
-                }
-            }
-            for (long long l45 = 0; l45 < 1024; l45++) {
-                (arena + 25627)[l45] = (0 + l45 < s1) ? dt_load_bf16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
-            }
-            for (long long l46 = 0; l46 < 2; l46++) {
-                for (long long l47 = 0; l47 < 1024; l47++) {
-                    (arena + 26651)[l46 * 1024 + l47] = ((arena + 23579)[l46 * 1024 + l47] + (arena + 25627)[l47]);
-                }
-            }
-            for (long long l48 = 0; l48 < 2; l48++) {
-                for (long long l49 = 0; l49 < 1024; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_bf16((arena + 26651)[l48 * 1024 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 1024; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 14351)[l36 * 1024 + l37]);
                 }
             }
         }
@@ -395,7 +325,7 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
     free(arena);
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2) */
+/* kernel layernorm_1k for f32: grid block(x:1) */
 void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -403,146 +333,111 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm_1k */
-    float* arena = (float*)malloc(sizeof(float) * 28707);
+    float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) layernorm_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 28699)[l2] = 0e0f;
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 15375)[l2] = 0e0f;
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 2048)[l7 * 1024 + r8 * 1];
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 28699)[l10] = (arena + 28699)[l10] + (arena + 4096)[l10];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 28699)[l11];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 15375)[l11];
             }
-            (arena + 4100)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 4101)[l12] = ((arena + 4098)[l12] / (arena + 4100)[0]);
-            }
-            /* mean_1k.fuse_at(layernorm_1k, x) */
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 28701)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 28701)[l14] = (arena + 4101)[l14];
+            (arena + 2050)[0] = (float)s1;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 28703)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 15377)[l13] = 0e0f;
             }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                (arena + 6151)[l16] = (arena + 28701)[l16];
-            }
-            for (long long l17 = 0; l17 < 2; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 6153)[l17 * 1024 + l18] = ((arena + 0)[l17 * 1024 + l18] - (arena + 6151)[l17]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
                 }
             }
-            for (long long l19 = 0; l19 < 2; l19++) {
-                (arena + 10249)[l19] = (arena + 28701)[l19];
-            }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10251)[l20 * 1024 + l21] = ((arena + 0)[l20 * 1024 + l21] - (arena + 10249)[l20]);
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 12299)[l22 * 1024 + l23] = ((arena + 6153)[l22 * 1024 + l23] * (arena + 10251)[l22 * 1024 + l23]);
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
                 }
             }
-            for (long long l24 = 0; l24 < 2; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 14347)[l24 * 1024 + l25] = (0 + l25 < s1) ? (arena + 12299)[l24 * 1024 + l25] : 0e0f;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
+                (arena + 8198)[l20] = a22;
+            }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 8199)[l24] = (arena + 15377)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+            }
+            (arena + 10252)[0] = args->scalars[0];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 1024; l29++) {
+                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
                 }
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 1024; r27++) a28 = a28 + (arena + 14347)[l26 * 1024 + r27 * 1];
-                (arena + 16395)[l26] = a28;
+            for (long long l30 = 0; l30 < 1024; l30++) {
+                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 28703)[l29] = (arena + 28703)[l29] + (arena + 16395)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                (arena + 16397)[l30] = (arena + 28703)[l30];
-            }
-            for (long long l31 = 0; l31 < 2; l31++) {
-                (arena + 16400)[l31] = ((arena + 16397)[l31] / (arena + 4100)[0]);
-            }
-            /* variance_1k.fuse_at(layernorm_1k, x) */
-            for (long long l32 = 0; l32 < 2; l32++) {
-                (arena + 28705)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 2; l33++) {
-                (arena + 28705)[l33] = (arena + 16400)[l33];
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18450)[l34] = (arena + 28701)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18452)[l35 * 1024 + l36] = ((arena + 0)[l35 * 1024 + l36] - (arena + 18450)[l35]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 1024; l32++) {
+                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
                 }
             }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                (arena + 20500)[l37] = (arena + 28705)[l37];
+            for (long long l33 = 0; l33 < 1024; l33++) {
+                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            (arena + 20502)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 2; l38++) {
-                (arena + 20503)[l38] = ((arena + 20500)[l38] + (arena + 20502)[0]);
-            }
-            for (long long l39 = 0; l39 < 2; l39++) {
-                (arena + 20505)[l39] = dt_rsqrt((arena + 20503)[l39]);
-            }
-            for (long long l40 = 0; l40 < 2; l40++) {
-                for (long long l41 = 0; l41 < 1024; l41++) {
-                    (arena + 20507)[l40 * 1024 + l41] = ((arena + 18452)[l40 * 1024 + l41] * (arena + 20505)[l40]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 1024; l35++) {
+                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
                 }
             }
-            for (long long l42 = 0; l42 < 1024; l42++) {
-                (arena + 22555)[l42] = (0 + l42 < s1) ? dt_load_f32(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
-            }
-            for (long long l43 = 0; l43 < 2; l43++) {
-                for (long long l44 = 0; l44 < 1024; l44++) {
-                    (arena + 23579)[l43 * 1024 + l44] = ((arena + 20507)[l43 * 1024 + l44] * (arena + 22555)[l44]);
-                }
-            }
-            for (long long l45 = 0; l45 < 1024; l45++) {
-                (arena + 25627)[l45] = (0 + l45 < s1) ? dt_load_f32(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
-            }
-            for (long long l46 = 0; l46 < 2; l46++) {
-                for (long long l47 = 0; l47 < 1024; l47++) {
-                    (arena + 26651)[l46 * 1024 + l47] = ((arena + 23579)[l46 * 1024 + l47] + (arena + 25627)[l47]);
-                }
-            }
-            for (long long l48 = 0; l48 < 2; l48++) {
-                for (long long l49 = 0; l49 < 1024; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f32((arena + 26651)[l48 * 1024 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 1024; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 14351)[l36 * 1024 + l37]);
                 }
             }
         }
@@ -562,9 +457,10 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -598,106 +494,70 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
             }
-            /* mean_4k.fuse_at(layernorm_4k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61456)[l13] = 0e0f;
+                (arena + 61457)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = (arena + 8195)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61457)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 4096; l15++) {
+                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 12292)[l16] = (arena + 61456)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 12293)[l17 * 4096 + l18] = ((arena + 0)[l17 * 4096 + l18] - (arena + 12292)[l17]);
+                for (long long l17 = 0; l17 < 4096; l17++) {
+                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 20485)[l19] = (arena + 61456)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 4096; l19++) {
+                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20486)[l20 * 4096 + l21] = ((arena + 0)[l20 * 4096 + l21] - (arena + 20485)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
+                (arena + 32774)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 4096; l23++) {
-                    (arena + 24582)[l22 * 4096 + l23] = ((arena + 12293)[l22 * 4096 + l23] * (arena + 20486)[l22 * 4096 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 28678)[l24 * 4096 + l25] = (0 + l25 < s1) ? (arena + 24582)[l24 * 4096 + l25] : 0e0f;
-                }
+                (arena + 32775)[l24] = (arena + 61457)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 28678)[l26 * 4096 + r27 * 1];
-                (arena + 32774)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 61457)[l29] = (arena + 61457)[l29] + (arena + 32774)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 32775)[l30] = (arena + 61457)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 32777)[l31] = ((arena + 32775)[l31] / (arena + 8194)[0]);
-            }
-            /* variance_4k.fuse_at(layernorm_4k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 61458)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 61458)[l33] = (arena + 32777)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36874)[l34] = (arena + 61456)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36875)[l35 * 4096 + l36] = ((arena + 0)[l35 * 4096 + l36] - (arena + 36874)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 40971)[l37] = (arena + 61458)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 40973)[l38] = ((arena + 40971)[l38] + (arena + 40972)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 40974)[l39] = dt_rsqrt((arena + 40973)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 4096; l41++) {
-                    (arena + 40975)[l40 * 4096 + l41] = ((arena + 36875)[l40 * 4096 + l41] * (arena + 40974)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 4096; l29++) {
+                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 4096; l42++) {
-                (arena + 45071)[l42] = (0 + l42 < s1) ? dt_load_f16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 4096; l30++) {
+                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 4096; l44++) {
-                    (arena + 49167)[l43 * 4096 + l44] = ((arena + 40975)[l43 * 4096 + l44] * (arena + 45071)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 4096; l32++) {
+                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 4096; l45++) {
-                (arena + 53263)[l45] = (0 + l45 < s1) ? dt_load_f16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 4096; l33++) {
+                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 4096; l47++) {
-                    (arena + 57359)[l46 * 4096 + l47] = ((arena + 49167)[l46 * 4096 + l47] + (arena + 53263)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 4096; l35++) {
+                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l48 * 4096 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 4096; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l36 * 4096 + l37]);
                 }
             }
         }
@@ -717,9 +577,10 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -753,106 +614,70 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
             }
-            /* mean_4k.fuse_at(layernorm_4k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61456)[l13] = 0e0f;
+                (arena + 61457)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = (arena + 8195)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61457)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 4096; l15++) {
+                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 12292)[l16] = (arena + 61456)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 12293)[l17 * 4096 + l18] = ((arena + 0)[l17 * 4096 + l18] - (arena + 12292)[l17]);
+                for (long long l17 = 0; l17 < 4096; l17++) {
+                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 20485)[l19] = (arena + 61456)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 4096; l19++) {
+                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20486)[l20 * 4096 + l21] = ((arena + 0)[l20 * 4096 + l21] - (arena + 20485)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
+                (arena + 32774)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 4096; l23++) {
-                    (arena + 24582)[l22 * 4096 + l23] = ((arena + 12293)[l22 * 4096 + l23] * (arena + 20486)[l22 * 4096 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 28678)[l24 * 4096 + l25] = (0 + l25 < s1) ? (arena + 24582)[l24 * 4096 + l25] : 0e0f;
-                }
+                (arena + 32775)[l24] = (arena + 61457)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 28678)[l26 * 4096 + r27 * 1];
-                (arena + 32774)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 61457)[l29] = (arena + 61457)[l29] + (arena + 32774)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 32775)[l30] = (arena + 61457)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 32777)[l31] = ((arena + 32775)[l31] / (arena + 8194)[0]);
-            }
-            /* variance_4k.fuse_at(layernorm_4k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 61458)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 61458)[l33] = (arena + 32777)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36874)[l34] = (arena + 61456)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36875)[l35 * 4096 + l36] = ((arena + 0)[l35 * 4096 + l36] - (arena + 36874)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 40971)[l37] = (arena + 61458)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 40973)[l38] = ((arena + 40971)[l38] + (arena + 40972)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 40974)[l39] = dt_rsqrt((arena + 40973)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 4096; l41++) {
-                    (arena + 40975)[l40 * 4096 + l41] = ((arena + 36875)[l40 * 4096 + l41] * (arena + 40974)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 4096; l29++) {
+                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 4096; l42++) {
-                (arena + 45071)[l42] = (0 + l42 < s1) ? dt_load_bf16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 4096; l30++) {
+                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 4096; l44++) {
-                    (arena + 49167)[l43 * 4096 + l44] = ((arena + 40975)[l43 * 4096 + l44] * (arena + 45071)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 4096; l32++) {
+                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 4096; l45++) {
-                (arena + 53263)[l45] = (0 + l45 < s1) ? dt_load_bf16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 4096; l33++) {
+                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 4096; l47++) {
-                    (arena + 57359)[l46 * 4096 + l47] = ((arena + 49167)[l46 * 4096 + l47] + (arena + 53263)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 4096; l35++) {
+                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l48 * 4096 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 4096; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l36 * 4096 + l37]);
                 }
             }
         }
@@ -872,9 +697,10 @@ void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -908,106 +734,70 @@ void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
             }
-            /* mean_4k.fuse_at(layernorm_4k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61456)[l13] = 0e0f;
+                (arena + 61457)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = (arena + 8195)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61457)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 4096; l15++) {
+                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 12292)[l16] = (arena + 61456)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 12293)[l17 * 4096 + l18] = ((arena + 0)[l17 * 4096 + l18] - (arena + 12292)[l17]);
+                for (long long l17 = 0; l17 < 4096; l17++) {
+                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 20485)[l19] = (arena + 61456)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 4096; l19++) {
+                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20486)[l20 * 4096 + l21] = ((arena + 0)[l20 * 4096 + l21] - (arena + 20485)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
+                (arena + 32774)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 4096; l23++) {
-                    (arena + 24582)[l22 * 4096 + l23] = ((arena + 12293)[l22 * 4096 + l23] * (arena + 20486)[l22 * 4096 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 28678)[l24 * 4096 + l25] = (0 + l25 < s1) ? (arena + 24582)[l24 * 4096 + l25] : 0e0f;
-                }
+                (arena + 32775)[l24] = (arena + 61457)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 28678)[l26 * 4096 + r27 * 1];
-                (arena + 32774)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 61457)[l29] = (arena + 61457)[l29] + (arena + 32774)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 32775)[l30] = (arena + 61457)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 32777)[l31] = ((arena + 32775)[l31] / (arena + 8194)[0]);
-            }
-            /* variance_4k.fuse_at(layernorm_4k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 61458)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 61458)[l33] = (arena + 32777)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36874)[l34] = (arena + 61456)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36875)[l35 * 4096 + l36] = ((arena + 0)[l35 * 4096 + l36] - (arena + 36874)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 40971)[l37] = (arena + 61458)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 40973)[l38] = ((arena + 40971)[l38] + (arena + 40972)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 40974)[l39] = dt_rsqrt((arena + 40973)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 4096; l41++) {
-                    (arena + 40975)[l40 * 4096 + l41] = ((arena + 36875)[l40 * 4096 + l41] * (arena + 40974)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 4096; l29++) {
+                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 4096; l42++) {
-                (arena + 45071)[l42] = (0 + l42 < s1) ? dt_load_f32(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 4096; l30++) {
+                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 4096; l44++) {
-                    (arena + 49167)[l43 * 4096 + l44] = ((arena + 40975)[l43 * 4096 + l44] * (arena + 45071)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 4096; l32++) {
+                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 4096; l45++) {
-                (arena + 53263)[l45] = (0 + l45 < s1) ? dt_load_f32(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 4096; l33++) {
+                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 4096; l47++) {
-                    (arena + 57359)[l46 * 4096 + l47] = ((arena + 49167)[l46 * 4096 + l47] + (arena + 53263)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 4096; l35++) {
+                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l48 * 4096 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 4096; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l36 * 4096 + l37]);
                 }
             }
         }
@@ -1027,9 +817,10 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -1063,106 +854,70 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
             }
-            /* mean_16k.fuse_at(layernorm_16k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245776)[l13] = 0e0f;
+                (arena + 245777)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 245776)[l14] = (arena + 32771)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 245777)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 16384; l15++) {
+                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 49156)[l16] = (arena + 245776)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 49157)[l17 * 16384 + l18] = ((arena + 0)[l17 * 16384 + l18] - (arena + 49156)[l17]);
+                for (long long l17 = 0; l17 < 16384; l17++) {
+                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 81925)[l19] = (arena + 245776)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 16384; l19++) {
+                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81926)[l20 * 16384 + l21] = ((arena + 0)[l20 * 16384 + l21] - (arena + 81925)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
+                (arena + 131078)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 16384; l23++) {
-                    (arena + 98310)[l22 * 16384 + l23] = ((arena + 49157)[l22 * 16384 + l23] * (arena + 81926)[l22 * 16384 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 114694)[l24 * 16384 + l25] = (0 + l25 < s1) ? (arena + 98310)[l24 * 16384 + l25] : 0e0f;
-                }
+                (arena + 131079)[l24] = (arena + 245777)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 16384; r27++) a28 = a28 + (arena + 114694)[l26 * 16384 + r27 * 1];
-                (arena + 131078)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 245777)[l29] = (arena + 245777)[l29] + (arena + 131078)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 131079)[l30] = (arena + 245777)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 131081)[l31] = ((arena + 131079)[l31] / (arena + 32770)[0]);
-            }
-            /* variance_16k.fuse_at(layernorm_16k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 245778)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 245778)[l33] = (arena + 131081)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147466)[l34] = (arena + 245776)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147467)[l35 * 16384 + l36] = ((arena + 0)[l35 * 16384 + l36] - (arena + 147466)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 163851)[l37] = (arena + 245778)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 163853)[l38] = ((arena + 163851)[l38] + (arena + 163852)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 163854)[l39] = dt_rsqrt((arena + 163853)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 16384; l41++) {
-                    (arena + 163855)[l40 * 16384 + l41] = ((arena + 147467)[l40 * 16384 + l41] * (arena + 163854)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 16384; l29++) {
+                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 16384; l42++) {
-                (arena + 180239)[l42] = (0 + l42 < s1) ? dt_load_f16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 16384; l30++) {
+                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 16384; l44++) {
-                    (arena + 196623)[l43 * 16384 + l44] = ((arena + 163855)[l43 * 16384 + l44] * (arena + 180239)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 16384; l32++) {
+                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 16384; l45++) {
-                (arena + 213007)[l45] = (0 + l45 < s1) ? dt_load_f16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 16384; l33++) {
+                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 16384; l47++) {
-                    (arena + 229391)[l46 * 16384 + l47] = ((arena + 196623)[l46 * 16384 + l47] + (arena + 213007)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 16384; l35++) {
+                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 16384; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f16((arena + 229391)[l48 * 16384 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 16384; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 229391)[l36 * 16384 + l37]);
                 }
             }
         }
@@ -1182,9 +937,10 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -1218,106 +974,70 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
             }
-            /* mean_16k.fuse_at(layernorm_16k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245776)[l13] = 0e0f;
+                (arena + 245777)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 245776)[l14] = (arena + 32771)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 245777)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 16384; l15++) {
+                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 49156)[l16] = (arena + 245776)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 49157)[l17 * 16384 + l18] = ((arena + 0)[l17 * 16384 + l18] - (arena + 49156)[l17]);
+                for (long long l17 = 0; l17 < 16384; l17++) {
+                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 81925)[l19] = (arena + 245776)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 16384; l19++) {
+                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81926)[l20 * 16384 + l21] = ((arena + 0)[l20 * 16384 + l21] - (arena + 81925)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
+                (arena + 131078)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 16384; l23++) {
-                    (arena + 98310)[l22 * 16384 + l23] = ((arena + 49157)[l22 * 16384 + l23] * (arena + 81926)[l22 * 16384 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 114694)[l24 * 16384 + l25] = (0 + l25 < s1) ? (arena + 98310)[l24 * 16384 + l25] : 0e0f;
-                }
+                (arena + 131079)[l24] = (arena + 245777)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 16384; r27++) a28 = a28 + (arena + 114694)[l26 * 16384 + r27 * 1];
-                (arena + 131078)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 245777)[l29] = (arena + 245777)[l29] + (arena + 131078)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 131079)[l30] = (arena + 245777)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 131081)[l31] = ((arena + 131079)[l31] / (arena + 32770)[0]);
-            }
-            /* variance_16k.fuse_at(layernorm_16k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 245778)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 245778)[l33] = (arena + 131081)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147466)[l34] = (arena + 245776)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147467)[l35 * 16384 + l36] = ((arena + 0)[l35 * 16384 + l36] - (arena + 147466)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 163851)[l37] = (arena + 245778)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 163853)[l38] = ((arena + 163851)[l38] + (arena + 163852)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 163854)[l39] = dt_rsqrt((arena + 163853)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 16384; l41++) {
-                    (arena + 163855)[l40 * 16384 + l41] = ((arena + 147467)[l40 * 16384 + l41] * (arena + 163854)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 16384; l29++) {
+                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 16384; l42++) {
-                (arena + 180239)[l42] = (0 + l42 < s1) ? dt_load_bf16(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 16384; l30++) {
+                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 16384; l44++) {
-                    (arena + 196623)[l43 * 16384 + l44] = ((arena + 163855)[l43 * 16384 + l44] * (arena + 180239)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 16384; l32++) {
+                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 16384; l45++) {
-                (arena + 213007)[l45] = (0 + l45 < s1) ? dt_load_bf16(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 16384; l33++) {
+                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 16384; l47++) {
-                    (arena + 229391)[l46 * 16384 + l47] = ((arena + 196623)[l46 * 16384 + l47] + (arena + 213007)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 16384; l35++) {
+                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 16384; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_bf16((arena + 229391)[l48 * 16384 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 16384; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 229391)[l36 * 16384 + l37]);
                 }
             }
         }
@@ -1337,9 +1057,10 @@ void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) 
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -1373,106 +1094,70 @@ void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) 
             for (long long l12 = 0; l12 < 1; l12++) {
                 (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
             }
-            /* mean_16k.fuse_at(layernorm_16k, x) */
+            /* rsum identity */
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245776)[l13] = 0e0f;
+                (arena + 245777)[l13] = 0e0f;
             }
             for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 245776)[l14] = (arena + 32771)[l14];
-            }
-            /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 245777)[l15] = 0e0f;
+                for (long long l15 = 0; l15 < 16384; l15++) {
+                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 49156)[l16] = (arena + 245776)[l16];
-            }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 49157)[l17 * 16384 + l18] = ((arena + 0)[l17 * 16384 + l18] - (arena + 49156)[l17]);
+                for (long long l17 = 0; l17 < 16384; l17++) {
+                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
                 }
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                (arena + 81925)[l19] = (arena + 245776)[l19];
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 16384; l19++) {
+                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81926)[l20 * 16384 + l21] = ((arena + 0)[l20 * 16384 + l21] - (arena + 81925)[l20]);
-                }
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
+                (arena + 131078)[l20] = a22;
             }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 16384; l23++) {
-                    (arena + 98310)[l22 * 16384 + l23] = ((arena + 49157)[l22 * 16384 + l23] * (arena + 81926)[l22 * 16384 + l23]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 114694)[l24 * 16384 + l25] = (0 + l25 < s1) ? (arena + 98310)[l24 * 16384 + l25] : 0e0f;
-                }
+                (arena + 131079)[l24] = (arena + 245777)[l24];
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                float a28 = 0e0f;
-                for (long long r27 = 0; r27 < 16384; r27++) a28 = a28 + (arena + 114694)[l26 * 16384 + r27 * 1];
-                (arena + 131078)[l26] = a28;
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 245777)[l29] = (arena + 245777)[l29] + (arena + 131078)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 131079)[l30] = (arena + 245777)[l30];
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 131081)[l31] = ((arena + 131079)[l31] / (arena + 32770)[0]);
-            }
-            /* variance_16k.fuse_at(layernorm_16k, x) */
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 245778)[l32] = 0e0f;
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                (arena + 245778)[l33] = (arena + 131081)[l33];
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147466)[l34] = (arena + 245776)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147467)[l35 * 16384 + l36] = ((arena + 0)[l35 * 16384 + l36] - (arena + 147466)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 163851)[l37] = (arena + 245778)[l37];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 163853)[l38] = ((arena + 163851)[l38] + (arena + 163852)[0]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
             }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 163854)[l39] = dt_rsqrt((arena + 163853)[l39]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
             }
-            for (long long l40 = 0; l40 < 1; l40++) {
-                for (long long l41 = 0; l41 < 16384; l41++) {
-                    (arena + 163855)[l40 * 16384 + l41] = ((arena + 147467)[l40 * 16384 + l41] * (arena + 163854)[l40]);
+            for (long long l28 = 0; l28 < 1; l28++) {
+                for (long long l29 = 0; l29 < 16384; l29++) {
+                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
                 }
             }
-            for (long long l42 = 0; l42 < 16384; l42++) {
-                (arena + 180239)[l42] = (0 + l42 < s1) ? dt_load_f32(in1[(0 + l42) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l30 = 0; l30 < 16384; l30++) {
+                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
             }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                for (long long l44 = 0; l44 < 16384; l44++) {
-                    (arena + 196623)[l43 * 16384 + l44] = ((arena + 163855)[l43 * 16384 + l44] * (arena + 180239)[l44]);
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 16384; l32++) {
+                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
                 }
             }
-            for (long long l45 = 0; l45 < 16384; l45++) {
-                (arena + 213007)[l45] = (0 + l45 < s1) ? dt_load_f32(in2[(0 + l45) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l33 = 0; l33 < 16384; l33++) {
+                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
             }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                for (long long l47 = 0; l47 < 16384; l47++) {
-                    (arena + 229391)[l46 * 16384 + l47] = ((arena + 196623)[l46 * 16384 + l47] + (arena + 213007)[l47]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                for (long long l35 = 0; l35 < 16384; l35++) {
+                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
                 }
             }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 16384; l49++) {
-                    if (o1 + l48 < s0 && 0 + l49 < s1) out[(o1 + l48) * args->output_strides[0] + (0 + l49) * args->output_strides[1]] = dt_store_f32((arena + 229391)[l48 * 16384 + l49]);
+            for (long long l36 = 0; l36 < 1; l36++) {
+                for (long long l37 = 0; l37 < 16384; l37++) {
+                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 229391)[l36 * 16384 + l37]);
                 }
             }
         }
@@ -1488,164 +1173,134 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 61459);
+    float* arena = (float*)malloc(sizeof(float) * 122899);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 61455)[l2] = 0e0f;
+                (arena + 122895)[l2] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : 0e0f;
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = a10 + (arena + 4096)[l8 * 4096 + r9 * 1];
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 61455)[l11] = (arena + 61455)[l11] + (arena + 8192)[l11];
+                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 61455)[l12];
+                (arena + 16385)[l12] = (arena + 122895)[l12];
             }
-            (arena + 8194)[0] = (float)s1;
+            (arena + 16386)[0] = (float)s1;
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 8195)[l13] = ((arena + 8193)[l13] / (arena + 8194)[0]);
-            }
-            /* mean.fuse_at(layernorm, x) */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = 0e0f;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61456)[l15] = (arena + 8195)[l15];
+                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 61457)[l16] = 0e0f;
+            for (long long l14 = 0; l14 < 1; l14++) {
+                (arena + 122897)[l14] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o17 = 0; o17 < s1; o17 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f16(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 4096; l19++) {
-                        (arena + 8196)[l18 * 4096 + l19] = (o1 + l18 < s0 && o17 + l19 < s1) ? dt_load_f16(in0[(o1 + l18) * args->input_strides[0][0] + (o17 + l19) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
-                    (arena + 12292)[l20] = (arena + 61456)[l20];
-                }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 4096; l22++) {
-                        (arena + 12293)[l21 * 4096 + l22] = ((arena + 8196)[l21 * 4096 + l22] - (arena + 12292)[l21]);
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    (arena + 20485)[l23] = (arena + 61456)[l23];
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
+                    }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20486)[l24 * 4096 + l25] = ((arena + 8196)[l24 * 4096 + l25] - (arena + 20485)[l24]);
-                    }
+                    float a26 = 0e0f;
+                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
+                    (arena + 65542)[l24] = a26;
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 4096; l27++) {
-                        (arena + 24582)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 20486)[l26 * 4096 + l27]);
-                    }
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 4096; l29++) {
-                        (arena + 28678)[l28 * 4096 + l29] = (o17 + l29 < s1) ? (arena + 24582)[l28 * 4096 + l29] : 0e0f;
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                (arena + 65543)[l28] = (arena + 122897)[l28];
+            }
+            for (long long l29 = 0; l29 < 1; l29++) {
+                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o30 = 0; o30 < s1; o30 += 8192) {
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_f16(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
                     }
-                }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    float a32 = 0e0f;
-                    for (long long r31 = 0; r31 < 4096; r31++) a32 = a32 + (arena + 28678)[l30 * 4096 + r31 * 1];
-                    (arena + 32774)[l30] = a32;
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 61457)[l33] = (arena + 61457)[l33] + (arena + 32774)[l33];
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 32775)[l34] = (arena + 61457)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                (arena + 32777)[l35] = ((arena + 32775)[l35] / (arena + 8194)[0]);
-            }
-            /* variance.fuse_at(layernorm, x) */
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 61458)[l36] = 0e0f;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 61458)[l37] = (arena + 32777)[l37];
-            }
-            /* layernorm.tensorize(y:4096) */
-            for (long long o38 = 0; o38 < s1; o38 += 4096) {
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32778)[l39 * 4096 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36874)[l41] = (arena + 61456)[l41];
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
                 }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36875)[l42 * 4096 + l43] = ((arena + 32778)[l42 * 4096 + l43] - (arena + 36874)[l42]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
                     }
                 }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    (arena + 40971)[l44] = (arena + 61458)[l44];
+                for (long long l39 = 0; l39 < 8192; l39++) {
+                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_f16(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
                 }
-                (arena + 40972)[0] = args->scalars[0];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                    }
+                }
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_f16(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
+                    }
+                }
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 40973)[l45] = ((arena + 40971)[l45] + (arena + 40972)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 40974)[l46] = dt_rsqrt((arena + 40973)[l46]);
-                }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 4096; l48++) {
-                        (arena + 40975)[l47 * 4096 + l48] = ((arena + 36875)[l47 * 4096 + l48] * (arena + 40974)[l47]);
-                    }
-                }
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    (arena + 45071)[l49] = (o38 + l49 < s1) ? dt_load_f16(in1[(o38 + l49) * args->input_strides[1][0]]) : 0.0f;
-                }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 4096; l51++) {
-                        (arena + 49167)[l50 * 4096 + l51] = ((arena + 40975)[l50 * 4096 + l51] * (arena + 45071)[l51]);
-                    }
-                }
-                for (long long l52 = 0; l52 < 4096; l52++) {
-                    (arena + 53263)[l52] = (o38 + l52 < s1) ? dt_load_f16(in2[(o38 + l52) * args->input_strides[2][0]]) : 0.0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 4096; l54++) {
-                        (arena + 57359)[l53 * 4096 + l54] = ((arena + 49167)[l53 * 4096 + l54] + (arena + 53263)[l54]);
-                    }
-                }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 4096; l56++) {
-                        if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o38 + l56) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l55 * 4096 + l56]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l45 * 8192 + l46]);
                     }
                 }
             }
@@ -1662,164 +1317,134 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 61459);
+    float* arena = (float*)malloc(sizeof(float) * 122899);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 61455)[l2] = 0e0f;
+                (arena + 122895)[l2] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : 0e0f;
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = a10 + (arena + 4096)[l8 * 4096 + r9 * 1];
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 61455)[l11] = (arena + 61455)[l11] + (arena + 8192)[l11];
+                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 61455)[l12];
+                (arena + 16385)[l12] = (arena + 122895)[l12];
             }
-            (arena + 8194)[0] = (float)s1;
+            (arena + 16386)[0] = (float)s1;
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 8195)[l13] = ((arena + 8193)[l13] / (arena + 8194)[0]);
-            }
-            /* mean.fuse_at(layernorm, x) */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = 0e0f;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61456)[l15] = (arena + 8195)[l15];
+                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 61457)[l16] = 0e0f;
+            for (long long l14 = 0; l14 < 1; l14++) {
+                (arena + 122897)[l14] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o17 = 0; o17 < s1; o17 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_bf16(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 4096; l19++) {
-                        (arena + 8196)[l18 * 4096 + l19] = (o1 + l18 < s0 && o17 + l19 < s1) ? dt_load_bf16(in0[(o1 + l18) * args->input_strides[0][0] + (o17 + l19) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
-                    (arena + 12292)[l20] = (arena + 61456)[l20];
-                }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 4096; l22++) {
-                        (arena + 12293)[l21 * 4096 + l22] = ((arena + 8196)[l21 * 4096 + l22] - (arena + 12292)[l21]);
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    (arena + 20485)[l23] = (arena + 61456)[l23];
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
+                    }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20486)[l24 * 4096 + l25] = ((arena + 8196)[l24 * 4096 + l25] - (arena + 20485)[l24]);
-                    }
+                    float a26 = 0e0f;
+                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
+                    (arena + 65542)[l24] = a26;
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 4096; l27++) {
-                        (arena + 24582)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 20486)[l26 * 4096 + l27]);
-                    }
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 4096; l29++) {
-                        (arena + 28678)[l28 * 4096 + l29] = (o17 + l29 < s1) ? (arena + 24582)[l28 * 4096 + l29] : 0e0f;
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                (arena + 65543)[l28] = (arena + 122897)[l28];
+            }
+            for (long long l29 = 0; l29 < 1; l29++) {
+                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o30 = 0; o30 < s1; o30 += 8192) {
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_bf16(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
                     }
-                }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    float a32 = 0e0f;
-                    for (long long r31 = 0; r31 < 4096; r31++) a32 = a32 + (arena + 28678)[l30 * 4096 + r31 * 1];
-                    (arena + 32774)[l30] = a32;
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 61457)[l33] = (arena + 61457)[l33] + (arena + 32774)[l33];
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 32775)[l34] = (arena + 61457)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                (arena + 32777)[l35] = ((arena + 32775)[l35] / (arena + 8194)[0]);
-            }
-            /* variance.fuse_at(layernorm, x) */
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 61458)[l36] = 0e0f;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 61458)[l37] = (arena + 32777)[l37];
-            }
-            /* layernorm.tensorize(y:4096) */
-            for (long long o38 = 0; o38 < s1; o38 += 4096) {
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32778)[l39 * 4096 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_bf16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36874)[l41] = (arena + 61456)[l41];
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
                 }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36875)[l42 * 4096 + l43] = ((arena + 32778)[l42 * 4096 + l43] - (arena + 36874)[l42]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
                     }
                 }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    (arena + 40971)[l44] = (arena + 61458)[l44];
+                for (long long l39 = 0; l39 < 8192; l39++) {
+                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_bf16(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
                 }
-                (arena + 40972)[0] = args->scalars[0];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                    }
+                }
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_bf16(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
+                    }
+                }
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 40973)[l45] = ((arena + 40971)[l45] + (arena + 40972)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 40974)[l46] = dt_rsqrt((arena + 40973)[l46]);
-                }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 4096; l48++) {
-                        (arena + 40975)[l47 * 4096 + l48] = ((arena + 36875)[l47 * 4096 + l48] * (arena + 40974)[l47]);
-                    }
-                }
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    (arena + 45071)[l49] = (o38 + l49 < s1) ? dt_load_bf16(in1[(o38 + l49) * args->input_strides[1][0]]) : 0.0f;
-                }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 4096; l51++) {
-                        (arena + 49167)[l50 * 4096 + l51] = ((arena + 40975)[l50 * 4096 + l51] * (arena + 45071)[l51]);
-                    }
-                }
-                for (long long l52 = 0; l52 < 4096; l52++) {
-                    (arena + 53263)[l52] = (o38 + l52 < s1) ? dt_load_bf16(in2[(o38 + l52) * args->input_strides[2][0]]) : 0.0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 4096; l54++) {
-                        (arena + 57359)[l53 * 4096 + l54] = ((arena + 49167)[l53 * 4096 + l54] + (arena + 53263)[l54]);
-                    }
-                }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 4096; l56++) {
-                        if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o38 + l56) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l55 * 4096 + l56]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l45 * 8192 + l46]);
                     }
                 }
             }
@@ -1836,164 +1461,134 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 61459);
+    float* arena = (float*)malloc(sizeof(float) * 122899);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) layernorm.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 61455)[l2] = 0e0f;
+                (arena + 122895)[l2] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : 0e0f;
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = a10 + (arena + 4096)[l8 * 4096 + r9 * 1];
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 61455)[l11] = (arena + 61455)[l11] + (arena + 8192)[l11];
+                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 61455)[l12];
+                (arena + 16385)[l12] = (arena + 122895)[l12];
             }
-            (arena + 8194)[0] = (float)s1;
+            (arena + 16386)[0] = (float)s1;
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 8195)[l13] = ((arena + 8193)[l13] / (arena + 8194)[0]);
-            }
-            /* mean.fuse_at(layernorm, x) */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 61456)[l14] = 0e0f;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 61456)[l15] = (arena + 8195)[l15];
+                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 61457)[l16] = 0e0f;
+            for (long long l14 = 0; l14 < 1; l14++) {
+                (arena + 122897)[l14] = 0e0f;
             }
-            /* rsum layernorm.tensorize(y:4096) */
-            for (long long o17 = 0; o17 < s1; o17 += 4096) {
+            /* rsum layernorm.tensorize(y:8192) */
+            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+                for (long long l16 = 0; l16 < 1; l16++) {
+                    for (long long l17 = 0; l17 < 8192; l17++) {
+                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f32(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 4096; l19++) {
-                        (arena + 8196)[l18 * 4096 + l19] = (o1 + l18 < s0 && o17 + l19 < s1) ? dt_load_f32(in0[(o1 + l18) * args->input_strides[0][0] + (o17 + l19) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l19 = 0; l19 < 8192; l19++) {
+                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
-                    (arena + 12292)[l20] = (arena + 61456)[l20];
-                }
-                for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 4096; l22++) {
-                        (arena + 12293)[l21 * 4096 + l22] = ((arena + 8196)[l21 * 4096 + l22] - (arena + 12292)[l21]);
+                    for (long long l21 = 0; l21 < 8192; l21++) {
+                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
                     }
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    (arena + 20485)[l23] = (arena + 61456)[l23];
+                for (long long l22 = 0; l22 < 1; l22++) {
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
+                    }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20486)[l24 * 4096 + l25] = ((arena + 8196)[l24 * 4096 + l25] - (arena + 20485)[l24]);
-                    }
+                    float a26 = 0e0f;
+                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
+                    (arena + 65542)[l24] = a26;
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 4096; l27++) {
-                        (arena + 24582)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 20486)[l26 * 4096 + l27]);
-                    }
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 4096; l29++) {
-                        (arena + 28678)[l28 * 4096 + l29] = (o17 + l29 < s1) ? (arena + 24582)[l28 * 4096 + l29] : 0e0f;
+            }
+            for (long long l28 = 0; l28 < 1; l28++) {
+                (arena + 65543)[l28] = (arena + 122897)[l28];
+            }
+            for (long long l29 = 0; l29 < 1; l29++) {
+                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o30 = 0; o30 < s1; o30 += 8192) {
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_f32(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
                     }
-                }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    float a32 = 0e0f;
-                    for (long long r31 = 0; r31 < 4096; r31++) a32 = a32 + (arena + 28678)[l30 * 4096 + r31 * 1];
-                    (arena + 32774)[l30] = a32;
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 61457)[l33] = (arena + 61457)[l33] + (arena + 32774)[l33];
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 32775)[l34] = (arena + 61457)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                (arena + 32777)[l35] = ((arena + 32775)[l35] / (arena + 8194)[0]);
-            }
-            /* variance.fuse_at(layernorm, x) */
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 61458)[l36] = 0e0f;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 61458)[l37] = (arena + 32777)[l37];
-            }
-            /* layernorm.tensorize(y:4096) */
-            for (long long o38 = 0; o38 < s1; o38 += 4096) {
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32778)[l39 * 4096 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f32(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36874)[l41] = (arena + 61456)[l41];
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
                 }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36875)[l42 * 4096 + l43] = ((arena + 32778)[l42 * 4096 + l43] - (arena + 36874)[l42]);
+                for (long long l36 = 0; l36 < 1; l36++) {
+                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
                     }
                 }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    (arena + 40971)[l44] = (arena + 61458)[l44];
+                for (long long l39 = 0; l39 < 8192; l39++) {
+                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_f32(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
                 }
-                (arena + 40972)[0] = args->scalars[0];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                    }
+                }
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_f32(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                }
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
+                    }
+                }
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 40973)[l45] = ((arena + 40971)[l45] + (arena + 40972)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 40974)[l46] = dt_rsqrt((arena + 40973)[l46]);
-                }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 4096; l48++) {
-                        (arena + 40975)[l47 * 4096 + l48] = ((arena + 36875)[l47 * 4096 + l48] * (arena + 40974)[l47]);
-                    }
-                }
-                for (long long l49 = 0; l49 < 4096; l49++) {
-                    (arena + 45071)[l49] = (o38 + l49 < s1) ? dt_load_f32(in1[(o38 + l49) * args->input_strides[1][0]]) : 0.0f;
-                }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 4096; l51++) {
-                        (arena + 49167)[l50 * 4096 + l51] = ((arena + 40975)[l50 * 4096 + l51] * (arena + 45071)[l51]);
-                    }
-                }
-                for (long long l52 = 0; l52 < 4096; l52++) {
-                    (arena + 53263)[l52] = (o38 + l52 < s1) ? dt_load_f32(in2[(o38 + l52) * args->input_strides[2][0]]) : 0.0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 4096; l54++) {
-                        (arena + 57359)[l53 * 4096 + l54] = ((arena + 49167)[l53 * 4096 + l54] + (arena + 53263)[l54]);
-                    }
-                }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 4096; l56++) {
-                        if (o1 + l55 < s0 && o38 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o38 + l56) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l55 * 4096 + l56]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l45 * 8192 + l46]);
                     }
                 }
             }

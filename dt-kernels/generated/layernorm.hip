@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -186,8 +203,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_args args) {
+/* kernel layernorm_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -198,31 +215,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 1024u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -232,375 +261,317 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v1[r]; }
-        __syncthreads();
         float v2[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l7 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l7 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v2[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a12 = 0e0f;
+                for (int g = 0; g < 4; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = acc0[r] + v2[r];
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* mean_1k.fuse_at(layernorm_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v5[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v7[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 1024) % 2;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 1024) % 2;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 1024u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 1024;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
-        __syncthreads();
         float v14[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l25 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v14[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a24 = 0e0f;
+                for (int g = 0; g < 4; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v14[r];
             }
         }
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* variance_1k.fuse_at(layernorm_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v21[r] = acc3[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v22[r] = args.scalars[0];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-        __syncthreads();
         float v23[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v24[r] = dt_rsqrt(v23[r]);
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
         __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 1024) % 2;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 1024u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
-        float v26[4];
+        float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l40 = (e / 1) % 1024;
-                v26[r] = (0 + l40 < s1) ? dt_load_f16(in1[(0 + l40) * args.input_strides[1][0]]) : 0.0f;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l34 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
+                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = tid + r * 256; (dt_smem + 0)[e] = v26[r]; }
-        __syncthreads();
         float v27[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l42 = (e / 1) % 1024;
-                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+                v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[4];
+        float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l43 = (e / 1) % 1024;
-                v28[r] = (0 + l43 < s1) ? dt_load_f16(in2[(0 + l43) * args.input_strides[2][0]]) : 0.0f;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
+                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = tid + r * 256; (dt_smem + 0)[e] = v28[r]; }
-        __syncthreads();
         float v29[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l45 = (e / 1) % 1024;
-                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+                v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l46 = (e / 1024) % 2;
-            const int l47 = (e / 1) % 1024;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 8;
+            const int l44 = (int)((unsigned)e / 1024u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_args args) {
+/* kernel layernorm_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -611,31 +582,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 1024u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -645,375 +628,317 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v1[r]; }
-        __syncthreads();
         float v2[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l7 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l7 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v2[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a12 = 0e0f;
+                for (int g = 0; g < 4; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = acc0[r] + v2[r];
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* mean_1k.fuse_at(layernorm_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v5[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v7[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 1024) % 2;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 1024) % 2;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 1024u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 1024;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
-        __syncthreads();
         float v14[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l25 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l25 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v14[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a24 = 0e0f;
+                for (int g = 0; g < 4; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v14[r];
             }
         }
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* variance_1k.fuse_at(layernorm_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v21[r] = acc3[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v22[r] = args.scalars[0];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-        __syncthreads();
         float v23[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v24[r] = dt_rsqrt(v23[r]);
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
         __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 1024) % 2;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 1024u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
-        float v26[4];
+        float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l40 = (e / 1) % 1024;
-                v26[r] = (0 + l40 < s1) ? dt_load_bf16(in1[(0 + l40) * args.input_strides[1][0]]) : 0.0f;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l34 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
+                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = tid + r * 256; (dt_smem + 0)[e] = v26[r]; }
-        __syncthreads();
         float v27[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l42 = (e / 1) % 1024;
-                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+                v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[4];
+        float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l43 = (e / 1) % 1024;
-                v28[r] = (0 + l43 < s1) ? dt_load_bf16(in2[(0 + l43) * args.input_strides[2][0]]) : 0.0f;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
+                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
+                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
+                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
+                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
+                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
+                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
+                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
+                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+            } else {
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = tid + r * 256; (dt_smem + 0)[e] = v28[r]; }
-        __syncthreads();
         float v29[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l45 = (e / 1) % 1024;
-                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+                v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l46 = (e / 1024) % 2;
-            const int l47 = (e / 1) % 1024;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 8;
+            const int l44 = (int)((unsigned)e / 1024u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:2); 256 threads, 4160 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_args args) {
+/* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1024,408 +949,297 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_a
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) layernorm_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
         float v0[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 4;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l8 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            float p[2];
+            float p[1];
             #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v1[i * 4 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 8; g++) a8 = a8 + (dt_smem + 1024)[g * 2 + e];
-                v2[r] = a8;
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a10 = 0e0f;
+                for (int g = 0; g < 4; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a10;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = acc0[r] + v2[r];
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
             }
         }
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = (v3[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* mean_1k.fuse_at(layernorm_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v5[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v5[r] = (v3[r] / v4[r]);
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v7[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (e / 1024) % 2;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l19 = (e / 1024) % 2;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l15 = (int)((unsigned)e / 1024u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
         }
         float v12[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (e / 1) % 1024;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            float p[2];
+            float p[1];
             #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 1024)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 8; g++) a26 = a26 + (dt_smem + 1024)[g * 2 + e];
-                v14[r] = a26;
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a22 = 0e0f;
+                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a22;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v14[r];
             }
         }
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v15[r] = acc2[r];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v4[r]; }
-        __syncthreads();
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v17[r] = (v15[r] / (dt_smem + 0)[0]);
-            }
-        }
-        /* variance_1k.fuse_at(layernorm_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v21[r] = acc3[r];
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v17[r] = (v15[r] / v4[r]);
             }
         }
         float v22[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
+            const int e = tid + r * 128;
             if (e < 1) {
                 v22[r] = args.scalars[0];
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v22[r]; }
-        __syncthreads();
         float v23[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v23[r] = (v21[r] + (dt_smem + 0)[0]);
+            const int e = tid + r * 128;
+            if (e < 1) {
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v24[r] = dt_rsqrt(v23[r]);
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v24[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
         __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l38 = (e / 1024) % 2;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l28 = (int)((unsigned)e / 1024u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
             }
         }
-        float v26[4];
+        float v26[8];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l40 = (e / 1) % 1024;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l32 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v26[r]; }
-        __syncthreads();
         float v27[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l42 = (e / 1) % 1024;
-                v27[r] = (v25[r] * (dt_smem + 0)[l42]);
+                v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[4];
+        float v28[8];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l43 = (e / 1) % 1024;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 128 + tid) * 4;
+            const int l37 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l37) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 4; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v28[r]; }
-        __syncthreads();
         float v29[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l45 = (e / 1) % 1024;
-                v29[r] = (v27[r] + (dt_smem + 0)[l45]);
+                v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l46 = (e / 1024) % 2;
-            const int l47 = (e / 1) % 1024;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 4;
+            const int l40 = (int)((unsigned)e / 1024u % 1u);
+            const int l41 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -1443,9 +1257,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -1460,14 +1275,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1477,14 +1303,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1492,8 +1318,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -1515,9 +1341,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a12 = 0e0f;
+                for (int g = 0; g < 16; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -1548,23 +1374,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean_4k.fuse_at(layernorm_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
@@ -1576,46 +1386,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 4096) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 4096) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
@@ -1623,7 +1404,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -1631,8 +1412,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 4096;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1654,9 +1435,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a24 = 0e0f;
+                for (int g = 0; g < 16; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
             }
         }
         #pragma unroll
@@ -1679,52 +1460,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
-        }
-        /* variance_4k.fuse_at(layernorm_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v21[r] = acc3[r];
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
@@ -1740,7 +1476,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -1760,18 +1496,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 4096) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
         float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (e / 1) % 4096;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
+            const int l34 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1781,14 +1527,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -1800,13 +1546,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             }
         }
         float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l43 = (e / 1) % 4096;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1816,14 +1572,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -1837,20 +1593,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (e / 4096) % 1;
-            const int l47 = (e / 1) % 4096;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l44 = (int)((unsigned)e / 4096u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1868,9 +1624,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -1885,14 +1642,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1902,14 +1670,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1917,8 +1685,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -1940,9 +1708,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a12 = 0e0f;
+                for (int g = 0; g < 16; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -1973,23 +1741,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean_4k.fuse_at(layernorm_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
@@ -2001,46 +1753,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 4096) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 4096) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 4096u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
@@ -2048,7 +1771,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -2056,8 +1779,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 4096;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2079,9 +1802,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a24 = 0e0f;
+                for (int g = 0; g < 16; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
             }
         }
         #pragma unroll
@@ -2104,52 +1827,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
-        }
-        /* variance_4k.fuse_at(layernorm_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v21[r] = acc3[r];
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
@@ -2165,7 +1843,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -2185,18 +1863,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 4096) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
         float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (e / 1) % 4096;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
+            const int l34 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2206,14 +1894,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -2225,13 +1913,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             }
         }
         float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l43 = (e / 1) % 4096;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2241,14 +1939,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -2262,20 +1960,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l46 = (e / 4096) % 1;
-            const int l47 = (e / 1) % 4096;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l44 = (int)((unsigned)e / 4096u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2293,9 +1991,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_4k.tensorize(x:0) */
@@ -2313,20 +2012,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -2334,8 +2033,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l8 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -2357,9 +2056,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 16; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a10 = 0e0f;
+                for (int g = 0; g < 16; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a10;
             }
         }
         #pragma unroll
@@ -2393,22 +2092,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 v5[r] = (v3[r] / v4[r]);
             }
         }
-        /* mean_4k.fuse_at(layernorm_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -2418,46 +2101,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (e / 4096) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l19 = (e / 4096) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l15 = (int)((unsigned)e / 4096u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
         }
         float v12[8];
@@ -2465,7 +2119,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -2473,8 +2127,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (e / 1) % 4096;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2496,9 +2150,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a22 = 0e0f;
+                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a22;
             }
         }
         #pragma unroll
@@ -2524,51 +2178,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 v17[r] = (v15[r] / v4[r]);
             }
         }
-        /* variance_4k.fuse_at(layernorm_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v21[r] = acc3[r];
-            }
-        }
         float v22[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -2582,7 +2191,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -2602,27 +2211,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l38 = (e / 4096) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l28 = (int)((unsigned)e / 4096u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
             }
         }
         float v26[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l40 = (e / 1) % 4096;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -2637,19 +2246,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l43 = (e / 1) % 4096;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l37 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l37) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -2663,16 +2272,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l46 = (e / 4096) % 1;
-            const int l47 = (e / 1) % 4096;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l40 = (int)((unsigned)e / 4096u % 1u);
+            const int l41 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -2690,9 +2299,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -2707,14 +2317,25 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2724,14 +2345,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -2739,8 +2360,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -2762,9 +2383,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a12 = 0e0f;
+                for (int g = 0; g < 64; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -2795,23 +2416,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean_16k.fuse_at(layernorm_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
@@ -2823,46 +2428,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 16384) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 16384) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 16384u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
@@ -2870,7 +2446,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -2878,8 +2454,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 16384;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2901,9 +2477,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a24 = 0e0f;
+                for (int g = 0; g < 64; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
             }
         }
         #pragma unroll
@@ -2926,52 +2502,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
-        }
-        /* variance_16k.fuse_at(layernorm_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v21[r] = acc3[r];
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
@@ -2987,7 +2518,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -3007,18 +2538,28 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 16384) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 16384u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
         float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l40 = (e / 1) % 16384;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
+            const int l34 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3028,14 +2569,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -3047,13 +2588,23 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l43 = (e / 1) % 16384;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3063,14 +2614,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -3084,20 +2635,20 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l46 = (e / 16384) % 1;
-            const int l47 = (e / 1) % 16384;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l44 = (int)((unsigned)e / 16384u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -3115,9 +2666,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -3132,14 +2684,25 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3149,14 +2712,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -3164,8 +2727,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l10 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -3187,9 +2750,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a12 = 0e0f;
+                for (int g = 0; g < 64; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -3220,23 +2783,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean_16k.fuse_at(layernorm_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
@@ -3248,46 +2795,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (e / 16384) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l19 = (e / 16384) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l17 = (int)((unsigned)e / 16384u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
             }
         }
         float v12[8];
@@ -3295,7 +2813,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -3303,8 +2821,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l24 = (e / 1) % 16384;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3326,9 +2844,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a24 = 0e0f;
+                for (int g = 0; g < 64; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a24;
             }
         }
         #pragma unroll
@@ -3351,52 +2869,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
-        }
-        /* variance_16k.fuse_at(layernorm_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v21[r] = acc3[r];
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
         float v22[1];
@@ -3412,7 +2885,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -3432,18 +2905,28 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l38 = (e / 16384) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l30 = (int)((unsigned)e / 16384u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
             }
         }
         float v26[8];
+        uint4 q32[1];
+        bool f33[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l40 = (e / 1) % 16384;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in1 + a);
+            const int l34 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l34) * args.input_strides[1][0];
+            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l35 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l35) * args.input_strides[1][0];
+            if (f33[c]) {
+                const uint4 q = q32[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3453,14 +2936,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l40 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l40 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l40 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l40 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l40 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l40 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l40 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l40 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -3472,13 +2955,23 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v28[8];
+        uint4 q38[1];
+        bool f39[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l43 = (e / 1) % 16384;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in2 + a);
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l40) * args.input_strides[2][0];
+            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l41 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l41) * args.input_strides[2][0];
+            if (f39[c]) {
+                const uint4 q = q38[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3488,14 +2981,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l43 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l43 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l43 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l43 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l43 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l43 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l43 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l43 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -3509,20 +3002,20 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l46 = (e / 16384) % 1;
-            const int l47 = (e / 1) % 16384;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l44 = (int)((unsigned)e / 16384u % 1u);
+            const int l45 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l46 < s0 && 0 + (l47 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l46 < s0 && 0 + (l47 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l46 < s0 && 0 + (l47 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l46 < s0 && 0 + (l47 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -3540,9 +3033,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -3560,20 +3054,20 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -3581,8 +3075,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : 0e0f;
+                const int l8 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
             }
         }
         float v2[1];
@@ -3604,9 +3098,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = 0e0f;
-                for (int g = 0; g < 64; g++) a8 = a8 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a8;
+                float a10 = 0e0f;
+                for (int g = 0; g < 64; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
+                v2[r] = a10;
             }
         }
         #pragma unroll
@@ -3640,22 +3134,6 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 v5[r] = (v3[r] / v4[r]);
             }
         }
-        /* mean_16k.fuse_at(layernorm_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v5[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -3665,46 +3143,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 acc2[r] = 0e0f;
             }
         }
-        float v7[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v7[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
         __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l16 = (e / 16384) % 1;
-                v8[r] = (v0[r] - (dt_smem + 0)[l16]);
-            }
-        }
-        float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v10[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
-        float v11[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l19 = (e / 16384) % 1;
-                v11[r] = (v0[r] - (dt_smem + 0)[l19]);
+                const int l15 = (int)((unsigned)e / 16384u % 1u);
+                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
             }
         }
         float v12[8];
@@ -3712,7 +3161,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                v12[r] = (v8[r] * v11[r]);
+                v12[r] = (v8[r] * v8[r]);
             }
         }
         float v13[8];
@@ -3720,8 +3169,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (e / 1) % 16384;
-                v13[r] = (0 + l24 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3743,9 +3192,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a26 = 0e0f;
-                for (int g = 0; g < 64; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a26;
+                float a22 = 0e0f;
+                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
+                v14[r] = a22;
             }
         }
         #pragma unroll
@@ -3771,51 +3220,6 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 v17[r] = (v15[r] / v4[r]);
             }
         }
-        /* variance_16k.fuse_at(layernorm_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        float v19[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v19[r] = acc1[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
-        __syncthreads();
-        float v20[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v20[r] = (v0[r] - (dt_smem + 0)[l33]);
-            }
-        }
-        float v21[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v21[r] = acc3[r];
-            }
-        }
         float v22[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
@@ -3829,7 +3233,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                v23[r] = (v21[r] + v22[r]);
+                v23[r] = (v17[r] + v22[r]);
             }
         }
         float v24[1];
@@ -3849,27 +3253,27 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l38 = (e / 16384) % 1;
-                v25[r] = (v20[r] * (dt_smem + 0)[l38]);
+                const int l28 = (int)((unsigned)e / 16384u % 1u);
+                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
             }
         }
         float v26[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l40 = (e / 1) % 16384;
-            const long long a = (0 + l40) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l40 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l40 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l40 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l40 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l40 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
             }
         }
         float v27[8];
@@ -3884,19 +3288,19 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l43 = (e / 1) % 16384;
-            const long long a = (0 + l43) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l43 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l37 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l37) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l43 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l43 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l43 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l43 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
             }
         }
         float v29[8];
@@ -3910,23 +3314,23 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l46 = (e / 16384) % 1;
-            const int l47 = (e / 1) % 16384;
-            const long long a = (o1 + l46) * args.output_strides[0] + (0 + l47) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l46 < s0 && 0 + (l47 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l40 = (int)((unsigned)e / 16384u % 1u);
+            const int l41 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l46 < s0 && 0 + l47 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l46 < s0 && 0 + (l47 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l46 < s0 && 0 + (l47 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l46 < s0 && 0 + (l47 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args args) {
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3937,9 +3341,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm.tensorize(x:0) */
@@ -3948,22 +3353,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
+            uint4 q4[1];
+            bool f5[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
+                if (f5[c]) {
+                    const uint4 q = q4[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3973,27 +3389,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
+                    const int l11 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l11 < s1) ? v0[r] : 0e0f;
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -4009,16 +3425,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a9;
+                    float a13 = 0e0f;
+                    for (int g = 0; g < 32; g++) a13 = a13 + (dt_smem + 4)[g * 1 + e];
+                    v2[r] = a13;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
@@ -4027,7 +3443,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
             }
@@ -4035,7 +3451,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
@@ -4043,47 +3459,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean.fuse_at(layernorm, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o16 = 0; o16 < s1; o16 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o18 = 0; o18 < s1; o18 += 8192) {
             float v6[8];
+            uint4 q19[1];
+            bool f20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l17 = (e / 4096) % 1;
-                const int l18 = (e / 1) % 4096;
-                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l21) * args.input_strides[0][0] + (o18 + l22) * args.input_strides[0][1];
+                f20[c] = args.input_strides[0][1] == 1 && o1 + l21 < s0 && o18 + (l22 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 8192u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l23) * args.input_strides[0][0] + (o18 + l24) * args.input_strides[0][1];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -4093,77 +3504,48 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 4] = (o1 + l17 < s0 && o16 + (l18 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 5] = (o1 + l17 < s0 && o16 + (l18 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 6] = (o1 + l17 < s0 && o16 + (l18 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 7] = (o1 + l17 < s0 && o16 + (l18 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v7[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v7[r] = acc1[r];
+                    v6[c * 8 + 0] = (o1 + l23 < s0 && o18 + l24 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 1] = (o1 + l23 < s0 && o18 + (l24 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 2] = (o1 + l23 < s0 && o18 + (l24 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 3] = (o1 + l23 < s0 && o18 + (l24 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 4] = (o1 + l23 < s0 && o18 + (l24 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 5] = (o1 + l23 < s0 && o18 + (l24 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 6] = (o1 + l23 < s0 && o18 + (l24 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 7] = (o1 + l23 < s0 && o18 + (l24 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l20 = (e / 4096) % 1;
-                    v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v10[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v10[r] = acc1[r];
-                }
-            }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
-            float v11[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l23 = (e / 4096) % 1;
-                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
+                    const int l25 = (int)((unsigned)e / 8192u % 1u);
+                    v8[r] = (v6[r] - (dt_smem + 0)[l25]);
                 }
             }
             float v12[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v12[r] = (v8[r] * v11[r]);
+                    v12[r] = (v8[r] * v8[r]);
                 }
             }
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l28 = (e / 1) % 4096;
-                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
+                    const int l30 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = (o18 + l30 < s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -4179,16 +3561,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a30;
+                    float a32 = 0e0f;
+                    for (int g = 0; g < 32; g++) a32 = a32 + (dt_smem + 4)[g * 1 + e];
+                    v14[r] = a32;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
@@ -4197,7 +3579,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v15[r] = acc2[r];
             }
@@ -4205,38 +3587,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
-        /* variance.fuse_at(layernorm, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        /* layernorm.tensorize(y:4096) */
-        for (long long o36 = 0; o36 < s1; o36 += 4096) {
+        /* layernorm.tensorize(y:8192) */
+        for (long long o36 = 0; o36 < s1; o36 += 8192) {
             float v18[8];
+            uint4 q37[1];
+            bool f38[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l37 = (e / 4096) % 1;
-                const int l38 = (e / 1) % 4096;
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o36 + l40) * args.input_strides[0][1];
+                f38[c] = args.input_strides[0][1] == 1 && o1 + l39 < s0 && o36 + (l40 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f38[c]) q37[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 8192u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l41) * args.input_strides[0][0] + (o36 + l42) * args.input_strides[0][1];
+                if (f38[c]) {
+                    const uint4 q = q37[c];
                     v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -4246,49 +3623,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 4] = (o1 + l37 < s0 && o36 + (l38 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 5] = (o1 + l37 < s0 && o36 + (l38 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 6] = (o1 + l37 < s0 && o36 + (l38 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 7] = (o1 + l37 < s0 && o36 + (l38 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v19[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v19[r] = acc1[r];
+                    v18[c * 8 + 0] = (o1 + l41 < s0 && o36 + l42 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 1] = (o1 + l41 < s0 && o36 + (l42 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 2] = (o1 + l41 < s0 && o36 + (l42 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 3] = (o1 + l41 < s0 && o36 + (l42 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 4] = (o1 + l41 < s0 && o36 + (l42 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 5] = (o1 + l41 < s0 && o36 + (l42 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 6] = (o1 + l41 < s0 && o36 + (l42 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 7] = (o1 + l41 < s0 && o36 + (l42 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
-                }
-            }
-            float v21[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v21[r] = acc3[r];
+                    const int l43 = (int)((unsigned)e / 8192u % 1u);
+                    v20[r] = (v18[r] - (dt_smem + 0)[l43]);
                 }
             }
             float v22[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v22[r] = args.scalars[0];
                 }
@@ -4296,40 +3657,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    v23[r] = (v21[r] + v22[r]);
+                    v23[r] = (v17[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l45 = (e / 4096) % 1;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
+                    const int l47 = (int)((unsigned)e / 8192u % 1u);
+                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
                 }
             }
             float v26[8];
+            uint4 q49[1];
+            bool f50[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l47 = (e / 1) % 4096;
-                const long long a = (o36 + l47) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o36 + (l47 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in1 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l51 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l51) * args.input_strides[1][0];
+                f50[c] = args.input_strides[1][0] == 1 && o36 + (l51 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f50[c]) q49[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l52) * args.input_strides[1][0];
+                if (f50[c]) {
+                    const uint4 q = q49[c];
                     v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -4339,32 +3710,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = (o36 + l47 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 4] = (o36 + (l47 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 5] = (o36 + (l47 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 6] = (o36 + (l47 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 7] = (o36 + (l47 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 0] = (o36 + l52 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 1] = (o36 + (l52 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 2] = (o36 + (l52 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 3] = (o36 + (l52 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 4] = (o36 + (l52 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 5] = (o36 + (l52 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 6] = (o36 + (l52 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 7] = (o36 + (l52 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
             float v28[8];
+            uint4 q55[1];
+            bool f56[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l50 = (e / 1) % 4096;
-                const long long a = (o36 + l50) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o36 + (l50 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in2 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l57 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l57) * args.input_strides[2][0];
+                f56[c] = args.input_strides[2][0] == 1 && o36 + (l57 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f56[c]) q55[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l58 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l58) * args.input_strides[2][0];
+                if (f56[c]) {
+                    const uint4 q = q55[c];
                     v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -4374,49 +3755,49 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = (o36 + l50 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 4] = (o36 + (l50 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 5] = (o36 + (l50 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 6] = (o36 + (l50 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 7] = (o36 + (l50 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 0] = (o36 + l58 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 1] = (o36 + (l58 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 2] = (o36 + (l58 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 3] = (o36 + (l58 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 4] = (o36 + (l58 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 5] = (o36 + (l58 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 6] = (o36 + (l58 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 7] = (o36 + (l58 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v29[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l53 = (e / 4096) % 1;
-                const int l54 = (e / 1) % 4096;
-                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 8192u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l61) * args.output_strides[0] + (o36 + l62) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l61 < s0 && o36 + (l62 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if (o1 + l61 < s0 && o36 + l62 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_args args) {
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4427,9 +3808,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm.tensorize(x:0) */
@@ -4438,22 +3820,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
+            uint4 q4[1];
+            bool f5[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
+                if (f5[c]) {
+                    const uint4 q = q4[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4463,27 +3856,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
+                    const int l11 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l11 < s1) ? v0[r] : 0e0f;
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -4499,16 +3892,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a9;
+                    float a13 = 0e0f;
+                    for (int g = 0; g < 32; g++) a13 = a13 + (dt_smem + 4)[g * 1 + e];
+                    v2[r] = a13;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
@@ -4517,7 +3910,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
             }
@@ -4525,7 +3918,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
@@ -4533,47 +3926,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean.fuse_at(layernorm, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
+                v5[r] = dt_fast_div(v3[r], v4[r]);
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o16 = 0; o16 < s1; o16 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o18 = 0; o18 < s1; o18 += 8192) {
             float v6[8];
+            uint4 q19[1];
+            bool f20[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l17 = (e / 4096) % 1;
-                const int l18 = (e / 1) % 4096;
-                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l21) * args.input_strides[0][0] + (o18 + l22) * args.input_strides[0][1];
+                f20[c] = args.input_strides[0][1] == 1 && o1 + l21 < s0 && o18 + (l22 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f20[c]) q19[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l23 = (int)((unsigned)e / 8192u % 1u);
+                const int l24 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l23) * args.input_strides[0][0] + (o18 + l24) * args.input_strides[0][1];
+                if (f20[c]) {
+                    const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4583,77 +3971,48 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 4] = (o1 + l17 < s0 && o16 + (l18 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 5] = (o1 + l17 < s0 && o16 + (l18 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 6] = (o1 + l17 < s0 && o16 + (l18 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 7] = (o1 + l17 < s0 && o16 + (l18 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v7[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v7[r] = acc1[r];
+                    v6[c * 8 + 0] = (o1 + l23 < s0 && o18 + l24 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 1] = (o1 + l23 < s0 && o18 + (l24 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 2] = (o1 + l23 < s0 && o18 + (l24 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 3] = (o1 + l23 < s0 && o18 + (l24 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 4] = (o1 + l23 < s0 && o18 + (l24 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 5] = (o1 + l23 < s0 && o18 + (l24 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 6] = (o1 + l23 < s0 && o18 + (l24 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 7] = (o1 + l23 < s0 && o18 + (l24 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l20 = (e / 4096) % 1;
-                    v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v10[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v10[r] = acc1[r];
-                }
-            }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
-            float v11[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l23 = (e / 4096) % 1;
-                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
+                    const int l25 = (int)((unsigned)e / 8192u % 1u);
+                    v8[r] = (v6[r] - (dt_smem + 0)[l25]);
                 }
             }
             float v12[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v12[r] = (v8[r] * v11[r]);
+                    v12[r] = (v8[r] * v8[r]);
                 }
             }
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l28 = (e / 1) % 4096;
-                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
+                    const int l30 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = (o18 + l30 < s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -4669,16 +4028,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a30;
+                    float a32 = 0e0f;
+                    for (int g = 0; g < 32; g++) a32 = a32 + (dt_smem + 4)[g * 1 + e];
+                    v14[r] = a32;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
@@ -4687,7 +4046,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v15[r] = acc2[r];
             }
@@ -4695,38 +4054,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
+                v17[r] = dt_fast_div(v15[r], v4[r]);
             }
         }
-        /* variance.fuse_at(layernorm, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        /* layernorm.tensorize(y:4096) */
-        for (long long o36 = 0; o36 < s1; o36 += 4096) {
+        /* layernorm.tensorize(y:8192) */
+        for (long long o36 = 0; o36 < s1; o36 += 8192) {
             float v18[8];
+            uint4 q37[1];
+            bool f38[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l37 = (e / 4096) % 1;
-                const int l38 = (e / 1) % 4096;
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o36 + l40) * args.input_strides[0][1];
+                f38[c] = args.input_strides[0][1] == 1 && o1 + l39 < s0 && o36 + (l40 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f38[c]) q37[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l41 = (int)((unsigned)e / 8192u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l41) * args.input_strides[0][0] + (o36 + l42) * args.input_strides[0][1];
+                if (f38[c]) {
+                    const uint4 q = q37[c];
                     v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4736,49 +4090,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 4] = (o1 + l37 < s0 && o36 + (l38 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 5] = (o1 + l37 < s0 && o36 + (l38 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 6] = (o1 + l37 < s0 && o36 + (l38 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 7] = (o1 + l37 < s0 && o36 + (l38 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v19[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v19[r] = acc1[r];
+                    v18[c * 8 + 0] = (o1 + l41 < s0 && o36 + l42 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 1] = (o1 + l41 < s0 && o36 + (l42 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 2] = (o1 + l41 < s0 && o36 + (l42 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 3] = (o1 + l41 < s0 && o36 + (l42 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 4] = (o1 + l41 < s0 && o36 + (l42 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 5] = (o1 + l41 < s0 && o36 + (l42 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 6] = (o1 + l41 < s0 && o36 + (l42 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 7] = (o1 + l41 < s0 && o36 + (l42 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
-                }
-            }
-            float v21[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v21[r] = acc3[r];
+                    const int l43 = (int)((unsigned)e / 8192u % 1u);
+                    v20[r] = (v18[r] - (dt_smem + 0)[l43]);
                 }
             }
             float v22[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v22[r] = args.scalars[0];
                 }
@@ -4786,40 +4124,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    v23[r] = (v21[r] + v22[r]);
+                    v23[r] = (v17[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l45 = (e / 4096) % 1;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
+                    const int l47 = (int)((unsigned)e / 8192u % 1u);
+                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
                 }
             }
             float v26[8];
+            uint4 q49[1];
+            bool f50[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l47 = (e / 1) % 4096;
-                const long long a = (o36 + l47) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o36 + (l47 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in1 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l51 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l51) * args.input_strides[1][0];
+                f50[c] = args.input_strides[1][0] == 1 && o36 + (l51 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f50[c]) q49[c] = *(const uint4*)(in1 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l52) * args.input_strides[1][0];
+                if (f50[c]) {
+                    const uint4 q = q49[c];
                     v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4829,32 +4177,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = (o36 + l47 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 4] = (o36 + (l47 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 5] = (o36 + (l47 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 6] = (o36 + (l47 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 7] = (o36 + (l47 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 0] = (o36 + l52 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 1] = (o36 + (l52 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 2] = (o36 + (l52 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 3] = (o36 + (l52 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 4] = (o36 + (l52 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 5] = (o36 + (l52 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 6] = (o36 + (l52 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 7] = (o36 + (l52 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
             float v28[8];
+            uint4 q55[1];
+            bool f56[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l50 = (e / 1) % 4096;
-                const long long a = (o36 + l50) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o36 + (l50 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in2 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l57 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l57) * args.input_strides[2][0];
+                f56[c] = args.input_strides[2][0] == 1 && o36 + (l57 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f56[c]) q55[c] = *(const uint4*)(in2 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l58 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o36 + l58) * args.input_strides[2][0];
+                if (f56[c]) {
+                    const uint4 q = q55[c];
                     v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4864,49 +4222,49 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = (o36 + l50 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 4] = (o36 + (l50 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 5] = (o36 + (l50 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 6] = (o36 + (l50 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 7] = (o36 + (l50 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 0] = (o36 + l58 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 1] = (o36 + (l58 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 2] = (o36 + (l58 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 3] = (o36 + (l58 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 4] = (o36 + (l58 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 5] = (o36 + (l58 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 6] = (o36 + (l58 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 7] = (o36 + (l58 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v29[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l53 = (e / 4096) % 1;
-                const int l54 = (e / 1) % 4096;
-                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l61 = (int)((unsigned)e / 8192u % 1u);
+                const int l62 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l61) * args.output_strides[0] + (o36 + l62) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l61 < s0 && o36 + (l62 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if (o1 + l61 < s0 && o36 + l62 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if (o1 + l61 < s0 && o36 + (l62 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args args) {
+/* kernel layernorm for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4917,9 +4275,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) layernorm.tensorize(x:0) */
@@ -4928,44 +4287,44 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 0] = (o1 + l6 < s0 && o3 + l7 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 1] = (o1 + l6 < s0 && o3 + (l7 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 2] = (o1 + l6 < s0 && o3 + (l7 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 3] = (o1 + l6 < s0 && o3 + (l7 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : 0e0f;
+                    const int l9 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l9 < s1) ? v0[r] : 0e0f;
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -4981,16 +4340,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = 0e0f;
-                    for (int g = 0; g < 16; g++) a9 = a9 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a9;
+                    float a11 = 0e0f;
+                    for (int g = 0; g < 32; g++) a11 = a11 + (dt_smem + 4)[g * 1 + e];
+                    v2[r] = a11;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = acc0[r] + v2[r];
                 }
@@ -4999,7 +4358,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
             }
@@ -5007,7 +4366,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float v4[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v4[r] = (float)s1;
             }
@@ -5015,119 +4374,74 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float v5[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v5[r] = (v3[r] / v4[r]);
-            }
-        }
-        /* mean.fuse_at(layernorm, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v5[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:4096) */
-        for (long long o16 = 0; o16 < s1; o16 += 4096) {
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o16 = 0; o16 < s1; o16 += 8192) {
             float v6[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l17 = (e / 4096) % 1;
-                const int l18 = (e / 1) % 4096;
-                const long long a = (o1 + l17) * args.input_strides[0][0] + (o16 + l18) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l17 < s0 && o16 + (l18 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l19 < s0 && o16 + (l20 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 1] = (o1 + l17 < s0 && o16 + (l18 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 2] = (o1 + l17 < s0 && o16 + (l18 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 3] = (o1 + l17 < s0 && o16 + (l18 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v7[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v7[r] = acc1[r];
+                    v6[c * 4 + 0] = (o1 + l19 < s0 && o16 + l20 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 1] = (o1 + l19 < s0 && o16 + (l20 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 2] = (o1 + l19 < s0 && o16 + (l20 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 3] = (o1 + l19 < s0 && o16 + (l20 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v7[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l20 = (e / 4096) % 1;
-                    v8[r] = (v6[r] - (dt_smem + 0)[l20]);
-                }
-            }
-            float v10[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v10[r] = acc1[r];
-                }
-            }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
-            float v11[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    const int l23 = (e / 4096) % 1;
-                    v11[r] = (v6[r] - (dt_smem + 0)[l23]);
+                    const int l21 = (int)((unsigned)e / 8192u % 1u);
+                    v8[r] = (v6[r] - (dt_smem + 0)[l21]);
                 }
             }
             float v12[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v12[r] = (v8[r] * v11[r]);
+                    v12[r] = (v8[r] * v8[r]);
                 }
             }
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l28 = (e / 1) % 4096;
-                    v13[r] = (o16 + l28 < s1) ? v12[r] : 0e0f;
+                    const int l26 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = (o16 + l26 < s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -5143,16 +4457,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a30 = 0e0f;
-                    for (int g = 0; g < 16; g++) a30 = a30 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a30;
+                    float a28 = 0e0f;
+                    for (int g = 0; g < 32; g++) a28 = a28 + (dt_smem + 4)[g * 1 + e];
+                    v14[r] = a28;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v14[r];
                 }
@@ -5161,7 +4475,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float v15[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v15[r] = acc2[r];
             }
@@ -5169,82 +4483,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         float v17[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v17[r] = (v15[r] / v4[r]);
             }
         }
-        /* variance.fuse_at(layernorm, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v17[r];
-            }
-        }
-        /* layernorm.tensorize(y:4096) */
-        for (long long o36 = 0; o36 < s1; o36 += 4096) {
+        /* layernorm.tensorize(y:8192) */
+        for (long long o32 = 0; o32 < s1; o32 += 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l37 = (e / 4096) % 1;
-                const int l38 = (e / 1) % 4096;
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o36 + l38) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l37 < s0 && o36 + (l38 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l35 = (int)((unsigned)e / 8192u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l35 < s0 && o32 + (l36 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = (o1 + l37 < s0 && o36 + l38 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 1] = (o1 + l37 < s0 && o36 + (l38 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 2] = (o1 + l37 < s0 && o36 + (l38 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 3] = (o1 + l37 < s0 && o36 + (l38 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v19[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v19[r] = acc1[r];
+                    v18[c * 4 + 0] = (o1 + l35 < s0 && o32 + l36 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 1] = (o1 + l35 < s0 && o32 + (l36 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 2] = (o1 + l35 < s0 && o32 + (l36 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 3] = (o1 + l35 < s0 && o32 + (l36 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v19[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
             __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v20[r] = (v18[r] - (dt_smem + 0)[l40]);
-                }
-            }
-            float v21[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v21[r] = acc3[r];
+                    const int l37 = (int)((unsigned)e / 8192u % 1u);
+                    v20[r] = (v18[r] - (dt_smem + 0)[l37]);
                 }
             }
             float v22[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v22[r] = args.scalars[0];
                 }
@@ -5252,55 +4534,55 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             float v23[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    v23[r] = (v21[r] + v22[r]);
+                    v23[r] = (v17[r] + v22[r]);
                 }
             }
             float v24[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     v24[r] = dt_rsqrt(v23[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
             __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l45 = (e / 4096) % 1;
-                    v25[r] = (v20[r] * (dt_smem + 0)[l45]);
+                    const int l41 = (int)((unsigned)e / 8192u % 1u);
+                    v25[r] = (v20[r] * (dt_smem + 0)[l41]);
                 }
             }
             float v26[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l47 = (e / 1) % 4096;
-                const long long a = (o36 + l47) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o36 + (l47 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l45 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o32 + l45) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && o32 + (l45 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = (o36 + l47 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 1] = (o36 + (l47 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 2] = (o36 + (l47 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 3] = (o36 + (l47 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 0] = (o32 + l45 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 1] = (o32 + (l45 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 2] = (o32 + (l45 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 3] = (o32 + (l45 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
                 }
             }
             float v27[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
@@ -5308,43 +4590,43 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             float v28[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l50 = (e / 1) % 4096;
-                const long long a = (o36 + l50) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o36 + (l50 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o32 + l50) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && o32 + (l50 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = (o36 + l50 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 1] = (o36 + (l50 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 2] = (o36 + (l50 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 3] = (o36 + (l50 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 0] = (o32 + l50 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 1] = (o32 + (l50 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 2] = (o32 + (l50 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 3] = (o32 + (l50 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
                 }
             }
             float v29[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l53 = (e / 4096) % 1;
-                const int l54 = (e / 1) % 4096;
-                const long long a = (o1 + l53) * args.output_strides[0] + (o36 + l54) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o36 + (l54 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l53 = (int)((unsigned)e / 8192u % 1u);
+                const int l54 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l53) * args.output_strides[0] + (o32 + l54) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o32 + (l54 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if (o1 + l53 < s0 && o36 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if (o1 + l53 < s0 && o36 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if (o1 + l53 < s0 && o32 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if (o1 + l53 < s0 && o32 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if (o1 + l53 < s0 && o32 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if (o1 + l53 < s0 && o32 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

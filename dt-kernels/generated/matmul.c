@@ -97,11 +97,14 @@ void dt_mm_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
@@ -169,11 +172,14 @@ void dt_mm_bf16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
@@ -241,11 +247,14 @@ void dt_mm_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */

@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -198,11 +215,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -223,14 +243,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[16];
+                uint4 q6[2];
+                bool f7[2];
                 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     const int e = (c * 256 + tid) * 8;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
+                    const int l8 = (int)((unsigned)e / 32u % 128u);
+                    const int l9 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 256 + tid) * 8;
+                    const int l10 = (int)((unsigned)e / 32u % 128u);
+                    const int l11 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                    if (f7[c]) {
+                        const uint4 q = q6[c];
                         v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                         v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                         v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -240,14 +271,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                         v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
@@ -255,9 +286,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                     (void)e; {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                        const int l12 = (int)((unsigned)e / 32u % 128u);
+                        const int l13 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
                     }
                 }
                 __syncthreads();
@@ -273,11 +304,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                     (void)e; {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                        const int l14 = (int)((unsigned)e / 128u % 128u);
+                        const int l15 = (int)((unsigned)e / 1u % 128u);
+                        float a16 = 0.0f;
+                        for (int q = 0; q < 32; q++) a16 = fmaf((dt_smem + 0)[l14 * 32 + q * 1], (dt_smem + 4096)[l15 * 32 + q * 1], a16);
+                        v2[r] = a16;
                     }
                 }
                 #pragma unroll 1
@@ -299,20 +330,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
             #pragma unroll
             for (int c = 0; c < 8; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l17 = (e / 128) % 128;
-                const int l18 = (e / 1) % 128;
-                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l21 = (int)((unsigned)e / 128u % 128u);
+                const int l22 = (int)((unsigned)e / 1u % 128u);
+                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v3[c * 8 + 0]) | ((unsigned)dt_store_f16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 2]) | ((unsigned)dt_store_f16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 4]) | ((unsigned)dt_store_f16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 6]) | ((unsigned)dt_store_f16(v3[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
+                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -331,11 +362,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -356,14 +390,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
             /* rdot mm.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
                 float v0[16];
+                uint4 q6[2];
+                bool f7[2];
                 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     const int e = (c * 256 + tid) * 8;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
+                    const int l8 = (int)((unsigned)e / 32u % 128u);
+                    const int l9 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 256 + tid) * 8;
+                    const int l10 = (int)((unsigned)e / 32u % 128u);
+                    const int l11 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                    if (f7[c]) {
+                        const uint4 q = q6[c];
                         v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                         v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                         v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -373,14 +418,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                         v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l6 < s0 && o5 + (l7 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l6 < s0 && o5 + (l7 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l6 < s0 && o5 + (l7 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l6 < s0 && o5 + (l7 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
@@ -388,9 +433,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                     (void)e; {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                        const int l12 = (int)((unsigned)e / 32u % 128u);
+                        const int l13 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
                     }
                 }
                 __syncthreads();
@@ -406,11 +451,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                     (void)e; {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                        const int l14 = (int)((unsigned)e / 128u % 128u);
+                        const int l15 = (int)((unsigned)e / 1u % 128u);
+                        float a16 = 0.0f;
+                        for (int q = 0; q < 32; q++) a16 = fmaf((dt_smem + 0)[l14 * 32 + q * 1], (dt_smem + 4096)[l15 * 32 + q * 1], a16);
+                        v2[r] = a16;
                     }
                 }
                 #pragma unroll 1
@@ -432,20 +477,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 8; c++) {
                 const int e = (c * 256 + tid) * 8;
-                const int l17 = (e / 128) % 128;
-                const int l18 = (e / 1) % 128;
-                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l21 = (int)((unsigned)e / 128u % 128u);
+                const int l22 = (int)((unsigned)e / 1u % 128u);
+                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v3[c * 8 + 0]) | ((unsigned)dt_store_bf16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 2]) | ((unsigned)dt_store_bf16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 4]) | ((unsigned)dt_store_bf16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 6]) | ((unsigned)dt_store_bf16(v3[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
+                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
+                    if (o1 + l21 < s0 && o2 + (l22 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -464,11 +509,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -492,20 +540,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int e = (c * 256 + tid) * 4;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const int l8 = (int)((unsigned)e / 32u % 128u);
+                    const int l9 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 0] = (o1 + l8 < s0 && o5 + l9 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 1] = (o1 + l8 < s0 && o5 + (l9 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 2] = (o1 + l8 < s0 && o5 + (l9 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 3] = (o1 + l8 < s0 && o5 + (l9 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[16];
@@ -513,9 +561,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                        const int l10 = (int)((unsigned)e / 32u % 128u);
+                        const int l11 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = (o5 + l11 < s2 && o2 + l10 < s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0.0f;
                     }
                 }
                 __syncthreads();
@@ -531,11 +579,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                        const int l12 = (int)((unsigned)e / 128u % 128u);
+                        const int l13 = (int)((unsigned)e / 1u % 128u);
+                        float a14 = 0.0f;
+                        for (int q = 0; q < 32; q++) a14 = fmaf((dt_smem + 0)[l12 * 32 + q * 1], (dt_smem + 4096)[l13 * 32 + q * 1], a14);
+                        v2[r] = a14;
                     }
                 }
                 #pragma unroll 1
@@ -557,16 +605,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
             #pragma unroll
             for (int c = 0; c < 16; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l17 = (e / 128) % 128;
-                const int l18 = (e / 1) % 128;
-                const long long a = (o1 + l17) * args.output_strides[0] + (o2 + l18) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l17 < s0 && o2 + (l18 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l19 = (int)((unsigned)e / 128u % 128u);
+                const int l20 = (int)((unsigned)e / 1u % 128u);
+                const long long a = (o1 + l19) * args.output_strides[0] + (o2 + l20) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l19 < s0 && o2 + (l20 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
                 } else {
-                    if (o1 + l17 < s0 && o2 + l18 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
-                    if (o1 + l17 < s0 && o2 + (l18 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
+                    if (o1 + l19 < s0 && o2 + l20 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if (o1 + l19 < s0 && o2 + (l20 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if (o1 + l19 < s0 && o2 + (l20 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if (o1 + l19 < s0 && o2 + (l20 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
                 }
             }
         }

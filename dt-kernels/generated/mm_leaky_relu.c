@@ -97,11 +97,14 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
@@ -146,52 +149,26 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                /* mm.fuse_at(out, y) */
+                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
-                        (arena + 155650)[l18 * 128 + l19] = 0e0f;
+                        (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
+                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
-                        (arena + 155650)[l20 * 128 + l21] = (arena + 24576)[l20 * 128 + l21];
+                        (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);
                     }
                 }
                 for (long long l22 = 0; l22 < 128; l22++) {
                     for (long long l23 = 0; l23 < 128; l23++) {
-                        (arena + 40960)[l22 * 128 + l23] = (arena + 155650)[l22 * 128 + l23];
+                        (arena + 122882)[l22 * 128 + l23] = (arena + 57345)[l22 * 128 + l23] != 0.0f ? (arena + 24576)[l22 * 128 + l23] : (arena + 106498)[l22 * 128 + l23];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l24 = 0; l24 < 128; l24++) {
                     for (long long l25 = 0; l25 < 128; l25++) {
-                        (arena + 57345)[l24 * 128 + l25] = (((arena + 40960)[l24 * 128 + l25]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
-                    }
-                }
-                for (long long l26 = 0; l26 < 128; l26++) {
-                    for (long long l27 = 0; l27 < 128; l27++) {
-                        (arena + 73729)[l26 * 128 + l27] = (arena + 155650)[l26 * 128 + l27];
-                    }
-                }
-                (arena + 90113)[0] = 1e-2f;
-                for (long long l28 = 0; l28 < 128; l28++) {
-                    for (long long l29 = 0; l29 < 128; l29++) {
-                        (arena + 90114)[l28 * 128 + l29] = (arena + 155650)[l28 * 128 + l29];
-                    }
-                }
-                for (long long l30 = 0; l30 < 128; l30++) {
-                    for (long long l31 = 0; l31 < 128; l31++) {
-                        (arena + 106498)[l30 * 128 + l31] = ((arena + 90113)[0] * (arena + 90114)[l30 * 128 + l31]);
-                    }
-                }
-                for (long long l32 = 0; l32 < 128; l32++) {
-                    for (long long l33 = 0; l33 < 128; l33++) {
-                        (arena + 122882)[l32 * 128 + l33] = (arena + 57345)[l32 * 128 + l33] != 0.0f ? (arena + 73729)[l32 * 128 + l33] : (arena + 106498)[l32 * 128 + l33];
-                    }
-                }
-                for (long long l34 = 0; l34 < 128; l34++) {
-                    for (long long l35 = 0; l35 < 128; l35++) {
-                        if (o1 + l34 < s0 && o2 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (o2 + l35) * args->output_strides[1]] = dt_store_f16((arena + 122882)[l34 * 128 + l35]);
+                        if (o1 + l24 < s0 && o2 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (o2 + l25) * args->output_strides[1]] = dt_store_f16((arena + 122882)[l24 * 128 + l25]);
                     }
                 }
             }
@@ -212,11 +189,14 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
@@ -261,52 +241,26 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                /* mm.fuse_at(out, y) */
+                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
-                        (arena + 155650)[l18 * 128 + l19] = 0e0f;
+                        (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
+                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
-                        (arena + 155650)[l20 * 128 + l21] = (arena + 24576)[l20 * 128 + l21];
+                        (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);
                     }
                 }
                 for (long long l22 = 0; l22 < 128; l22++) {
                     for (long long l23 = 0; l23 < 128; l23++) {
-                        (arena + 40960)[l22 * 128 + l23] = (arena + 155650)[l22 * 128 + l23];
+                        (arena + 122882)[l22 * 128 + l23] = (arena + 57345)[l22 * 128 + l23] != 0.0f ? (arena + 24576)[l22 * 128 + l23] : (arena + 106498)[l22 * 128 + l23];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l24 = 0; l24 < 128; l24++) {
                     for (long long l25 = 0; l25 < 128; l25++) {
-                        (arena + 57345)[l24 * 128 + l25] = (((arena + 40960)[l24 * 128 + l25]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
-                    }
-                }
-                for (long long l26 = 0; l26 < 128; l26++) {
-                    for (long long l27 = 0; l27 < 128; l27++) {
-                        (arena + 73729)[l26 * 128 + l27] = (arena + 155650)[l26 * 128 + l27];
-                    }
-                }
-                (arena + 90113)[0] = 1e-2f;
-                for (long long l28 = 0; l28 < 128; l28++) {
-                    for (long long l29 = 0; l29 < 128; l29++) {
-                        (arena + 90114)[l28 * 128 + l29] = (arena + 155650)[l28 * 128 + l29];
-                    }
-                }
-                for (long long l30 = 0; l30 < 128; l30++) {
-                    for (long long l31 = 0; l31 < 128; l31++) {
-                        (arena + 106498)[l30 * 128 + l31] = ((arena + 90113)[0] * (arena + 90114)[l30 * 128 + l31]);
-                    }
-                }
-                for (long long l32 = 0; l32 < 128; l32++) {
-                    for (long long l33 = 0; l33 < 128; l33++) {
-                        (arena + 122882)[l32 * 128 + l33] = (arena + 57345)[l32 * 128 + l33] != 0.0f ? (arena + 73729)[l32 * 128 + l33] : (arena + 106498)[l32 * 128 + l33];
-                    }
-                }
-                for (long long l34 = 0; l34 < 128; l34++) {
-                    for (long long l35 = 0; l35 < 128; l35++) {
-                        if (o1 + l34 < s0 && o2 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (o2 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 122882)[l34 * 128 + l35]);
+                        if (o1 + l24 < s0 && o2 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (o2 + l25) * args->output_strides[1]] = dt_store_bf16((arena + 122882)[l24 * 128 + l25]);
                     }
                 }
             }
@@ -327,11 +281,14 @@ void dt_out_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g2 = rest % (8); rest /= (8);
-        const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-        const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 128));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0 * 8 + g2; /* block index along x */
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
@@ -376,52 +333,26 @@ void dt_out_f32(const dt_args* args, long long first, long long last) {
                         (arena + 24576)[l16 * 128 + l17] = (arena + 139266)[l16 * 128 + l17];
                     }
                 }
-                /* mm.fuse_at(out, y) */
+                (arena + 57344)[0] = 0e0f;
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
-                        (arena + 155650)[l18 * 128 + l19] = 0e0f;
+                        (arena + 57345)[l18 * 128 + l19] = (((arena + 24576)[l18 * 128 + l19]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
                     }
                 }
+                (arena + 90113)[0] = 1e-2f;
                 for (long long l20 = 0; l20 < 128; l20++) {
                     for (long long l21 = 0; l21 < 128; l21++) {
-                        (arena + 155650)[l20 * 128 + l21] = (arena + 24576)[l20 * 128 + l21];
+                        (arena + 106498)[l20 * 128 + l21] = ((arena + 90113)[0] * (arena + 24576)[l20 * 128 + l21]);
                     }
                 }
                 for (long long l22 = 0; l22 < 128; l22++) {
                     for (long long l23 = 0; l23 < 128; l23++) {
-                        (arena + 40960)[l22 * 128 + l23] = (arena + 155650)[l22 * 128 + l23];
+                        (arena + 122882)[l22 * 128 + l23] = (arena + 57345)[l22 * 128 + l23] != 0.0f ? (arena + 24576)[l22 * 128 + l23] : (arena + 106498)[l22 * 128 + l23];
                     }
                 }
-                (arena + 57344)[0] = 0e0f;
                 for (long long l24 = 0; l24 < 128; l24++) {
                     for (long long l25 = 0; l25 < 128; l25++) {
-                        (arena + 57345)[l24 * 128 + l25] = (((arena + 40960)[l24 * 128 + l25]) > ((arena + 57344)[0]) ? 1.0f : 0.0f);
-                    }
-                }
-                for (long long l26 = 0; l26 < 128; l26++) {
-                    for (long long l27 = 0; l27 < 128; l27++) {
-                        (arena + 73729)[l26 * 128 + l27] = (arena + 155650)[l26 * 128 + l27];
-                    }
-                }
-                (arena + 90113)[0] = 1e-2f;
-                for (long long l28 = 0; l28 < 128; l28++) {
-                    for (long long l29 = 0; l29 < 128; l29++) {
-                        (arena + 90114)[l28 * 128 + l29] = (arena + 155650)[l28 * 128 + l29];
-                    }
-                }
-                for (long long l30 = 0; l30 < 128; l30++) {
-                    for (long long l31 = 0; l31 < 128; l31++) {
-                        (arena + 106498)[l30 * 128 + l31] = ((arena + 90113)[0] * (arena + 90114)[l30 * 128 + l31]);
-                    }
-                }
-                for (long long l32 = 0; l32 < 128; l32++) {
-                    for (long long l33 = 0; l33 < 128; l33++) {
-                        (arena + 122882)[l32 * 128 + l33] = (arena + 57345)[l32 * 128 + l33] != 0.0f ? (arena + 73729)[l32 * 128 + l33] : (arena + 106498)[l32 * 128 + l33];
-                    }
-                }
-                for (long long l34 = 0; l34 < 128; l34++) {
-                    for (long long l35 = 0; l35 < 128; l35++) {
-                        if (o1 + l34 < s0 && o2 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (o2 + l35) * args->output_strides[1]] = dt_store_f32((arena + 122882)[l34 * 128 + l35]);
+                        if (o1 + l24 < s0 && o2 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (o2 + l25) * args->output_strides[1]] = dt_store_f32((arena + 122882)[l24 * 128 + l25]);
                     }
                 }
             }

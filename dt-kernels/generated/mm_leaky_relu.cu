@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -198,11 +215,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -232,8 +252,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (e / 4) % 128;
-                                    const int l10 = (e / 1) % 4;
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && o1 + l9 < s0 && o5 + (l10 * 8 + 7) < s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
                                     } else {
@@ -252,8 +272,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (e / 16) % 32;
-                                    const int l13 = (e / 1) % 16;
+                                    const int l12 = (int)((unsigned)e / 16u % 32u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && o5 + l12 < s2 && o2 + (l13 * 8 + 7) < s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
                                     } else {
@@ -283,8 +303,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (e / 4) % 128;
-                                    const int l17 = (e / 1) % 4;
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && o1 + l16 < s0 && o14 + (l17 * 8 + 7) < s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
                                     } else {
@@ -303,8 +323,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (e / 16) % 32;
-                                    const int l20 = (e / 1) % 16;
+                                    const int l19 = (int)((unsigned)e / 16u % 32u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && o14 + l19 < s2 && o2 + (l20 * 8 + 7) < s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
                                     } else {
@@ -349,21 +369,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            /* mm.fuse_at(out, y) */
-            float acc1[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                acc1[r] = 0e0f;
-            }
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                acc1[r] = v3[r];
-            }
-            float v4[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v4[r] = acc1[r];
-            }
             float v5[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
@@ -379,12 +384,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
             float v6[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
-            }
-            float v7[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v7[r] = acc1[r];
+                v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
             }
             float v8[1];
             #pragma unroll
@@ -394,11 +394,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
                     v8[r] = 1e-2f;
                 }
             }
-            float v9[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v9[r] = acc1[r];
-            }
             __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
@@ -406,18 +401,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(const dt_args args)
             float v10[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v10[r] = ((dt_smem + 0)[0] * v9[r]);
+                v10[r] = ((dt_smem + 0)[0] * v3[r]);
             }
             float v11[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l39 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l40 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if (o1 + l39 < s0 && o2 + l40 < s1) out[(o1 + l39) * args.output_strides[0] + (o2 + l40) * args.output_strides[1]] = dt_store_f16(v11[r]);
+                const int l29 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l30 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l29 < s0 && o2 + l30 < s1) out[(o1 + l29) * args.output_strides[0] + (o2 + l30) * args.output_strides[1]] = dt_store_f16(v11[r]);
             }
         }
     }
@@ -435,11 +430,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -469,8 +467,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (e / 4) % 128;
-                                    const int l10 = (e / 1) % 4;
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && o1 + l9 < s0 && o5 + (l10 * 8 + 7) < s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
                                     } else {
@@ -489,8 +487,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (e / 16) % 32;
-                                    const int l13 = (e / 1) % 16;
+                                    const int l12 = (int)((unsigned)e / 16u % 32u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && o5 + l12 < s2 && o2 + (l13 * 8 + 7) < s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
                                     } else {
@@ -520,8 +518,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (e / 4) % 128;
-                                    const int l17 = (e / 1) % 4;
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && o1 + l16 < s0 && o14 + (l17 * 8 + 7) < s2) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
                                     } else {
@@ -540,8 +538,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (e / 16) % 32;
-                                    const int l20 = (e / 1) % 16;
+                                    const int l19 = (int)((unsigned)e / 16u % 32u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && o14 + l19 < s2 && o2 + (l20 * 8 + 7) < s1) {
                                         dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
                                     } else {
@@ -586,21 +584,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            /* mm.fuse_at(out, y) */
-            float acc1[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                acc1[r] = 0e0f;
-            }
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                acc1[r] = v3[r];
-            }
-            float v4[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v4[r] = acc1[r];
-            }
             float v5[1];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
@@ -616,12 +599,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
             float v6[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
-            }
-            float v7[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v7[r] = acc1[r];
+                v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
             }
             float v8[1];
             #pragma unroll
@@ -631,11 +609,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
                     v8[r] = 1e-2f;
                 }
             }
-            float v9[128];
-            #pragma unroll
-            for (int r = 0; r < 128; r++) {
-                v9[r] = acc1[r];
-            }
             __syncthreads();
             #pragma unroll
             for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
@@ -643,18 +616,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(const dt_args args
             float v10[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v10[r] = ((dt_smem + 0)[0] * v9[r]);
+                v10[r] = ((dt_smem + 0)[0] * v3[r]);
             }
             float v11[128];
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l39 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l40 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if (o1 + l39 < s0 && o2 + l40 < s1) out[(o1 + l39) * args.output_strides[0] + (o2 + l40) * args.output_strides[1]] = dt_store_bf16(v11[r]);
+                const int l29 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l30 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if (o1 + l29 < s0 && o2 + l30 < s1) out[(o1 + l29) * args.output_strides[0] + (o2 + l30) * args.output_strides[1]] = dt_store_bf16(v11[r]);
             }
         }
     }
@@ -672,11 +645,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g2 = rest % (8); rest /= (8);
-    const long long g1 = rest % (dt_cdiv(s1, 128)); rest /= (dt_cdiv(s1, 128));
-    const long long g0 = rest % (dt_cdiv(dt_cdiv(s0, 128), 8)); rest /= (dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -700,20 +676,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 #pragma unroll
                 for (int c = 0; c < 8; c++) {
                     const int e = (c * 128 + tid) * 4;
-                    const int l6 = (e / 32) % 128;
-                    const int l7 = (e / 1) % 32;
-                    const long long a = (o1 + l6) * args.input_strides[0][0] + (o5 + l7) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o5 + (l7 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const int l8 = (int)((unsigned)e / 32u % 128u);
+                    const int l9 = (int)((unsigned)e / 1u % 32u);
+                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                    if (args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 1] = (o1 + l6 < s0 && o5 + (l7 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 2] = (o1 + l6 < s0 && o5 + (l7 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 3] = (o1 + l6 < s0 && o5 + (l7 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 0] = (o1 + l8 < s0 && o5 + l9 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 1] = (o1 + l8 < s0 && o5 + (l9 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 2] = (o1 + l8 < s0 && o5 + (l9 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 3] = (o1 + l8 < s0 && o5 + (l9 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                     }
                 }
                 float v1[32];
@@ -721,9 +697,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 for (int r = 0; r < 32; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l8 = (e / 32) % 128;
-                        const int l9 = (e / 1) % 32;
-                        v1[r] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args.input_strides[1][0] + (o2 + l8) * args.input_strides[1][1]]) : 0.0f;
+                        const int l10 = (int)((unsigned)e / 32u % 128u);
+                        const int l11 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = (o5 + l11 < s2 && o2 + l10 < s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0.0f;
                     }
                 }
                 __syncthreads();
@@ -739,11 +715,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 for (int r = 0; r < 128; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l10 = (e / 128) % 128;
-                        const int l11 = (e / 1) % 128;
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                        const int l12 = (int)((unsigned)e / 128u % 128u);
+                        const int l13 = (int)((unsigned)e / 1u % 128u);
+                        float a14 = 0.0f;
+                        for (int q = 0; q < 32; q++) a14 = fmaf((dt_smem + 0)[l12 * 32 + q * 1], (dt_smem + 4096)[l13 * 32 + q * 1], a14);
+                        v2[r] = a14;
                     }
                 }
                 #pragma unroll 1
@@ -760,30 +736,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                 (void)e; {
                     v3[r] = acc0[r];
-                }
-            }
-            /* mm.fuse_at(out, y) */
-            float acc1[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc1[r] = 0e0f;
-                }
-            }
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc1[r] = v3[r];
-                }
-            }
-            float v4[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v4[r] = acc1[r];
                 }
             }
             float v5[1];
@@ -803,15 +755,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                 (void)e; {
-                    v6[r] = ((v4[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v7[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v7[r] = acc1[r];
+                    v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
                 }
             }
             float v8[1];
@@ -820,14 +764,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
                 const int e = tid + r * 128;
                 if (e < 1) {
                     v8[r] = 1e-2f;
-                }
-            }
-            float v9[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v9[r] = acc1[r];
                 }
             }
             __syncthreads();
@@ -839,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                 (void)e; {
-                    v10[r] = ((dt_smem + 0)[0] * v9[r]);
+                    v10[r] = ((dt_smem + 0)[0] * v3[r]);
                 }
             }
             float v11[128];
@@ -847,22 +783,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                 (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v7[r] : v10[r];
+                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                 }
             }
             #pragma unroll 1
             for (int c = 0; c < 32; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l33 = (e / 128) % 128;
-                const int l34 = (e / 1) % 128;
-                const long long a = (o1 + l33) * args.output_strides[0] + (o2 + l34) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l33 < s0 && o2 + (l34 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l25 = (int)((unsigned)e / 128u % 128u);
+                const int l26 = (int)((unsigned)e / 1u % 128u);
+                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
                 } else {
-                    if (o1 + l33 < s0 && o2 + l34 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if (o1 + l33 < s0 && o2 + (l34 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if (o1 + l33 < s0 && o2 + (l34 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if (o1 + l33 < s0 && o2 + (l34 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
+                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
+                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
                 }
             }
         }

@@ -85,119 +85,87 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:2) */
+/* kernel softmax_1k for f16: grid block(x:1) */
 void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 20502);
+    float* arena = (float*)malloc(sizeof(float) * 10251);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 20494)[l2] = (-INFINITY);
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 10247)[l2] = (-INFINITY);
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 2048)[l7 * 1024 + r8 * 1]);
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 20494)[l10] = fmaxf((arena + 20494)[l10], (arena + 4096)[l10]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 20494)[l11];
-            }
-            /* row_max_1k.fuse_at(softmax_1k, x) */
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 20496)[l12] = 0e0f;
-            }
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 20496)[l13] = (arena + 4098)[l13];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 10247)[l11];
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 20498)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 10249)[l12] = 0e0f;
             }
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 6148)[l15] = (arena + 20496)[l15];
-            }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 0)[l16 * 1024 + l17] - (arena + 6148)[l16]);
+            for (long long l13 = 0; l13 < 1; l13++) {
+                for (long long l14 = 0; l14 < 1024; l14++) {
+                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
                 }
             }
-            for (long long l18 = 0; l18 < 2; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 8198)[l18 * 1024 + l19] = expf((arena + 6150)[l18 * 1024 + l19]);
+            for (long long l15 = 0; l15 < 1; l15++) {
+                for (long long l16 = 0; l16 < 1024; l16++) {
+                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
                 }
             }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10246)[l20 * 1024 + l21] = (0 + l21 < s1) ? (arena + 8198)[l20 * 1024 + l21] : 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 1024; l18++) {
+                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 1024; r23++) a24 = a24 + (arena + 10246)[l22 * 1024 + r23 * 1];
-                (arena + 12294)[l22] = a24;
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
+                (arena + 6147)[l19] = a21;
             }
-            for (long long l25 = 0; l25 < 2; l25++) {
-                (arena + 20498)[l25] = (arena + 20498)[l25] + (arena + 12294)[l25];
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                (arena + 12296)[l26] = (arena + 20498)[l26];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 6148)[l23] = (arena + 10249)[l23];
             }
-            /* row_sum_1k.fuse_at(softmax_1k, x) */
-            for (long long l27 = 0; l27 < 2; l27++) {
-                (arena + 20500)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 2; l28++) {
-                (arena + 20500)[l28] = (arena + 12296)[l28];
-            }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 14346)[l29] = (arena + 20496)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                for (long long l31 = 0; l31 < 1024; l31++) {
-                    (arena + 14348)[l30 * 1024 + l31] = ((arena + 0)[l30 * 1024 + l31] - (arena + 14346)[l30]);
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 1024; l25++) {
+                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
                 }
             }
-            for (long long l32 = 0; l32 < 2; l32++) {
-                for (long long l33 = 0; l33 < 1024; l33++) {
-                    (arena + 16396)[l32 * 1024 + l33] = expf((arena + 14348)[l32 * 1024 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18444)[l34] = (arena + 20500)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18446)[l35 * 1024 + l36] = ((arena + 16396)[l35 * 1024 + l36] / (arena + 18444)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                for (long long l38 = 0; l38 < 1024; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f16((arena + 18446)[l37 * 1024 + l38]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 9223)[l26 * 1024 + l27]);
                 }
             }
         }
@@ -205,119 +173,87 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel softmax_1k for bf16: grid block(x:2) */
+/* kernel softmax_1k for bf16: grid block(x:1) */
 void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 20502);
+    float* arena = (float*)malloc(sizeof(float) * 10251);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 20494)[l2] = (-INFINITY);
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 10247)[l2] = (-INFINITY);
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 2048)[l7 * 1024 + r8 * 1]);
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 20494)[l10] = fmaxf((arena + 20494)[l10], (arena + 4096)[l10]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 20494)[l11];
-            }
-            /* row_max_1k.fuse_at(softmax_1k, x) */
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 20496)[l12] = 0e0f;
-            }
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 20496)[l13] = (arena + 4098)[l13];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 10247)[l11];
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 20498)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 10249)[l12] = 0e0f;
             }
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 6148)[l15] = (arena + 20496)[l15];
-            }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 0)[l16 * 1024 + l17] - (arena + 6148)[l16]);
+            for (long long l13 = 0; l13 < 1; l13++) {
+                for (long long l14 = 0; l14 < 1024; l14++) {
+                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
                 }
             }
-            for (long long l18 = 0; l18 < 2; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 8198)[l18 * 1024 + l19] = expf((arena + 6150)[l18 * 1024 + l19]);
+            for (long long l15 = 0; l15 < 1; l15++) {
+                for (long long l16 = 0; l16 < 1024; l16++) {
+                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
                 }
             }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10246)[l20 * 1024 + l21] = (0 + l21 < s1) ? (arena + 8198)[l20 * 1024 + l21] : 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 1024; l18++) {
+                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 1024; r23++) a24 = a24 + (arena + 10246)[l22 * 1024 + r23 * 1];
-                (arena + 12294)[l22] = a24;
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
+                (arena + 6147)[l19] = a21;
             }
-            for (long long l25 = 0; l25 < 2; l25++) {
-                (arena + 20498)[l25] = (arena + 20498)[l25] + (arena + 12294)[l25];
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                (arena + 12296)[l26] = (arena + 20498)[l26];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 6148)[l23] = (arena + 10249)[l23];
             }
-            /* row_sum_1k.fuse_at(softmax_1k, x) */
-            for (long long l27 = 0; l27 < 2; l27++) {
-                (arena + 20500)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 2; l28++) {
-                (arena + 20500)[l28] = (arena + 12296)[l28];
-            }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 14346)[l29] = (arena + 20496)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                for (long long l31 = 0; l31 < 1024; l31++) {
-                    (arena + 14348)[l30 * 1024 + l31] = ((arena + 0)[l30 * 1024 + l31] - (arena + 14346)[l30]);
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 1024; l25++) {
+                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
                 }
             }
-            for (long long l32 = 0; l32 < 2; l32++) {
-                for (long long l33 = 0; l33 < 1024; l33++) {
-                    (arena + 16396)[l32 * 1024 + l33] = expf((arena + 14348)[l32 * 1024 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18444)[l34] = (arena + 20500)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18446)[l35 * 1024 + l36] = ((arena + 16396)[l35 * 1024 + l36] / (arena + 18444)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                for (long long l38 = 0; l38 < 1024; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_bf16((arena + 18446)[l37 * 1024 + l38]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 9223)[l26 * 1024 + l27]);
                 }
             }
         }
@@ -325,119 +261,87 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel softmax_1k for f32: grid block(x:2) */
+/* kernel softmax_1k for f32: grid block(x:1) */
 void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 20502);
+    float* arena = (float*)malloc(sizeof(float) * 10251);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_1k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
-            for (long long l2 = 0; l2 < 2; l2++) {
-                (arena + 20494)[l2] = (-INFINITY);
+            for (long long l2 = 0; l2 < 1; l2++) {
+                (arena + 10247)[l2] = (-INFINITY);
             }
-            for (long long l3 = 0; l3 < 2; l3++) {
+            for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
                     (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
                 }
             }
-            for (long long l5 = 0; l5 < 2; l5++) {
+            for (long long l5 = 0; l5 < 1; l5++) {
                 for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 2048)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
+                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
                 }
             }
-            for (long long l7 = 0; l7 < 2; l7++) {
+            for (long long l7 = 0; l7 < 1; l7++) {
                 float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 2048)[l7 * 1024 + r8 * 1]);
-                (arena + 4096)[l7] = a9;
+                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
+                (arena + 2048)[l7] = a9;
             }
-            for (long long l10 = 0; l10 < 2; l10++) {
-                (arena + 20494)[l10] = fmaxf((arena + 20494)[l10], (arena + 4096)[l10]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
             }
-            for (long long l11 = 0; l11 < 2; l11++) {
-                (arena + 4098)[l11] = (arena + 20494)[l11];
-            }
-            /* row_max_1k.fuse_at(softmax_1k, x) */
-            for (long long l12 = 0; l12 < 2; l12++) {
-                (arena + 20496)[l12] = 0e0f;
-            }
-            for (long long l13 = 0; l13 < 2; l13++) {
-                (arena + 20496)[l13] = (arena + 4098)[l13];
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 2049)[l11] = (arena + 10247)[l11];
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 2; l14++) {
-                (arena + 20498)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 10249)[l12] = 0e0f;
             }
-            for (long long l15 = 0; l15 < 2; l15++) {
-                (arena + 6148)[l15] = (arena + 20496)[l15];
-            }
-            for (long long l16 = 0; l16 < 2; l16++) {
-                for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 0)[l16 * 1024 + l17] - (arena + 6148)[l16]);
+            for (long long l13 = 0; l13 < 1; l13++) {
+                for (long long l14 = 0; l14 < 1024; l14++) {
+                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
                 }
             }
-            for (long long l18 = 0; l18 < 2; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 8198)[l18 * 1024 + l19] = expf((arena + 6150)[l18 * 1024 + l19]);
+            for (long long l15 = 0; l15 < 1; l15++) {
+                for (long long l16 = 0; l16 < 1024; l16++) {
+                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
                 }
             }
-            for (long long l20 = 0; l20 < 2; l20++) {
-                for (long long l21 = 0; l21 < 1024; l21++) {
-                    (arena + 10246)[l20 * 1024 + l21] = (0 + l21 < s1) ? (arena + 8198)[l20 * 1024 + l21] : 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 1024; l18++) {
+                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
                 }
             }
-            for (long long l22 = 0; l22 < 2; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 1024; r23++) a24 = a24 + (arena + 10246)[l22 * 1024 + r23 * 1];
-                (arena + 12294)[l22] = a24;
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
+                (arena + 6147)[l19] = a21;
             }
-            for (long long l25 = 0; l25 < 2; l25++) {
-                (arena + 20498)[l25] = (arena + 20498)[l25] + (arena + 12294)[l25];
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
             }
-            for (long long l26 = 0; l26 < 2; l26++) {
-                (arena + 12296)[l26] = (arena + 20498)[l26];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 6148)[l23] = (arena + 10249)[l23];
             }
-            /* row_sum_1k.fuse_at(softmax_1k, x) */
-            for (long long l27 = 0; l27 < 2; l27++) {
-                (arena + 20500)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 2; l28++) {
-                (arena + 20500)[l28] = (arena + 12296)[l28];
-            }
-            for (long long l29 = 0; l29 < 2; l29++) {
-                (arena + 14346)[l29] = (arena + 20496)[l29];
-            }
-            for (long long l30 = 0; l30 < 2; l30++) {
-                for (long long l31 = 0; l31 < 1024; l31++) {
-                    (arena + 14348)[l30 * 1024 + l31] = ((arena + 0)[l30 * 1024 + l31] - (arena + 14346)[l30]);
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 1024; l25++) {
+                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
                 }
             }
-            for (long long l32 = 0; l32 < 2; l32++) {
-                for (long long l33 = 0; l33 < 1024; l33++) {
-                    (arena + 16396)[l32 * 1024 + l33] = expf((arena + 14348)[l32 * 1024 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 2; l34++) {
-                (arena + 18444)[l34] = (arena + 20500)[l34];
-            }
-            for (long long l35 = 0; l35 < 2; l35++) {
-                for (long long l36 = 0; l36 < 1024; l36++) {
-                    (arena + 18446)[l35 * 1024 + l36] = ((arena + 16396)[l35 * 1024 + l36] / (arena + 18444)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 2; l37++) {
-                for (long long l38 = 0; l38 < 1024; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f32((arena + 18446)[l37 * 1024 + l38]);
+            for (long long l26 = 0; l26 < 1; l26++) {
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 9223)[l26 * 1024 + l27]);
                 }
             }
         }
@@ -455,9 +359,10 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -487,77 +392,44 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 8193)[l11] = (arena + 40967)[l11];
             }
-            /* row_max_4k.fuse_at(softmax_4k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40968)[l12] = 0e0f;
+                (arena + 40969)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = (arena + 8193)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40969)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 4096; l14++) {
+                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 12290)[l15] = (arena + 40968)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 12291)[l16 * 4096 + l17] = ((arena + 0)[l16 * 4096 + l17] - (arena + 12290)[l16]);
+                for (long long l16 = 0; l16 < 4096; l16++) {
+                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 16387)[l18 * 4096 + l19] = expf((arena + 12291)[l18 * 4096 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 4096; l18++) {
+                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20483)[l20 * 4096 + l21] = (0 + l21 < s1) ? (arena + 16387)[l20 * 4096 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
+                (arena + 24579)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 4096; r23++) a24 = a24 + (arena + 20483)[l22 * 4096 + r23 * 1];
-                (arena + 24579)[l22] = a24;
+                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 40969)[l25] = (arena + 40969)[l25] + (arena + 24579)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 24580)[l23] = (arena + 40969)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 4096; l25++) {
+                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 24580)[l26] = (arena + 40969)[l26];
-            }
-            /* row_sum_4k.fuse_at(softmax_4k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40970)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 40970)[l28] = (arena + 24580)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 28677)[l29] = (arena + 40968)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 4096; l31++) {
-                    (arena + 28678)[l30 * 4096 + l31] = ((arena + 0)[l30 * 4096 + l31] - (arena + 28677)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 4096; l33++) {
-                    (arena + 32774)[l32 * 4096 + l33] = expf((arena + 28678)[l32 * 4096 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36870)[l34] = (arena + 40970)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36871)[l35 * 4096 + l36] = ((arena + 32774)[l35 * 4096 + l36] / (arena + 36870)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 4096; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f16((arena + 36871)[l37 * 4096 + l38]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 36871)[l26 * 4096 + l27]);
                 }
             }
         }
@@ -575,9 +447,10 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -607,77 +480,44 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 8193)[l11] = (arena + 40967)[l11];
             }
-            /* row_max_4k.fuse_at(softmax_4k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40968)[l12] = 0e0f;
+                (arena + 40969)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = (arena + 8193)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40969)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 4096; l14++) {
+                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 12290)[l15] = (arena + 40968)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 12291)[l16 * 4096 + l17] = ((arena + 0)[l16 * 4096 + l17] - (arena + 12290)[l16]);
+                for (long long l16 = 0; l16 < 4096; l16++) {
+                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 16387)[l18 * 4096 + l19] = expf((arena + 12291)[l18 * 4096 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 4096; l18++) {
+                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20483)[l20 * 4096 + l21] = (0 + l21 < s1) ? (arena + 16387)[l20 * 4096 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
+                (arena + 24579)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 4096; r23++) a24 = a24 + (arena + 20483)[l22 * 4096 + r23 * 1];
-                (arena + 24579)[l22] = a24;
+                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 40969)[l25] = (arena + 40969)[l25] + (arena + 24579)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 24580)[l23] = (arena + 40969)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 4096; l25++) {
+                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 24580)[l26] = (arena + 40969)[l26];
-            }
-            /* row_sum_4k.fuse_at(softmax_4k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40970)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 40970)[l28] = (arena + 24580)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 28677)[l29] = (arena + 40968)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 4096; l31++) {
-                    (arena + 28678)[l30 * 4096 + l31] = ((arena + 0)[l30 * 4096 + l31] - (arena + 28677)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 4096; l33++) {
-                    (arena + 32774)[l32 * 4096 + l33] = expf((arena + 28678)[l32 * 4096 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36870)[l34] = (arena + 40970)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36871)[l35 * 4096 + l36] = ((arena + 32774)[l35 * 4096 + l36] / (arena + 36870)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 4096; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_bf16((arena + 36871)[l37 * 4096 + l38]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 36871)[l26 * 4096 + l27]);
                 }
             }
         }
@@ -695,9 +535,10 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -727,77 +568,44 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 8193)[l11] = (arena + 40967)[l11];
             }
-            /* row_max_4k.fuse_at(softmax_4k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40968)[l12] = 0e0f;
+                (arena + 40969)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = (arena + 8193)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40969)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 4096; l14++) {
+                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 12290)[l15] = (arena + 40968)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 12291)[l16 * 4096 + l17] = ((arena + 0)[l16 * 4096 + l17] - (arena + 12290)[l16]);
+                for (long long l16 = 0; l16 < 4096; l16++) {
+                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 16387)[l18 * 4096 + l19] = expf((arena + 12291)[l18 * 4096 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 4096; l18++) {
+                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 4096; l21++) {
-                    (arena + 20483)[l20 * 4096 + l21] = (0 + l21 < s1) ? (arena + 16387)[l20 * 4096 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
+                (arena + 24579)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 4096; r23++) a24 = a24 + (arena + 20483)[l22 * 4096 + r23 * 1];
-                (arena + 24579)[l22] = a24;
+                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 40969)[l25] = (arena + 40969)[l25] + (arena + 24579)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 24580)[l23] = (arena + 40969)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 4096; l25++) {
+                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 24580)[l26] = (arena + 40969)[l26];
-            }
-            /* row_sum_4k.fuse_at(softmax_4k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40970)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 40970)[l28] = (arena + 24580)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 28677)[l29] = (arena + 40968)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 4096; l31++) {
-                    (arena + 28678)[l30 * 4096 + l31] = ((arena + 0)[l30 * 4096 + l31] - (arena + 28677)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 4096; l33++) {
-                    (arena + 32774)[l32 * 4096 + l33] = expf((arena + 28678)[l32 * 4096 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 36870)[l34] = (arena + 40970)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 4096; l36++) {
-                    (arena + 36871)[l35 * 4096 + l36] = ((arena + 32774)[l35 * 4096 + l36] / (arena + 36870)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 4096; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f32((arena + 36871)[l37 * 4096 + l38]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 36871)[l26 * 4096 + l27]);
                 }
             }
         }
@@ -815,9 +623,10 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -847,77 +656,44 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 32769)[l11] = (arena + 163847)[l11];
             }
-            /* row_max_16k.fuse_at(softmax_16k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163848)[l12] = 0e0f;
+                (arena + 163849)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 163848)[l13] = (arena + 32769)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 163849)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 16384; l14++) {
+                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 49154)[l15] = (arena + 163848)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 49155)[l16 * 16384 + l17] = ((arena + 0)[l16 * 16384 + l17] - (arena + 49154)[l16]);
+                for (long long l16 = 0; l16 < 16384; l16++) {
+                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 65539)[l18 * 16384 + l19] = expf((arena + 49155)[l18 * 16384 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 16384; l18++) {
+                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81923)[l20 * 16384 + l21] = (0 + l21 < s1) ? (arena + 65539)[l20 * 16384 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
+                (arena + 98307)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 16384; r23++) a24 = a24 + (arena + 81923)[l22 * 16384 + r23 * 1];
-                (arena + 98307)[l22] = a24;
+                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 163849)[l25] = (arena + 163849)[l25] + (arena + 98307)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 98308)[l23] = (arena + 163849)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 16384; l25++) {
+                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 98308)[l26] = (arena + 163849)[l26];
-            }
-            /* row_sum_16k.fuse_at(softmax_16k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163850)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 163850)[l28] = (arena + 98308)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 114693)[l29] = (arena + 163848)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 16384; l31++) {
-                    (arena + 114694)[l30 * 16384 + l31] = ((arena + 0)[l30 * 16384 + l31] - (arena + 114693)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 16384; l33++) {
-                    (arena + 131078)[l32 * 16384 + l33] = expf((arena + 114694)[l32 * 16384 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147462)[l34] = (arena + 163850)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147463)[l35 * 16384 + l36] = ((arena + 131078)[l35 * 16384 + l36] / (arena + 147462)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 16384; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l37 * 16384 + l38]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l26 * 16384 + l27]);
                 }
             }
         }
@@ -935,9 +711,10 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -967,77 +744,44 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 32769)[l11] = (arena + 163847)[l11];
             }
-            /* row_max_16k.fuse_at(softmax_16k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163848)[l12] = 0e0f;
+                (arena + 163849)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 163848)[l13] = (arena + 32769)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 163849)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 16384; l14++) {
+                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 49154)[l15] = (arena + 163848)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 49155)[l16 * 16384 + l17] = ((arena + 0)[l16 * 16384 + l17] - (arena + 49154)[l16]);
+                for (long long l16 = 0; l16 < 16384; l16++) {
+                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 65539)[l18 * 16384 + l19] = expf((arena + 49155)[l18 * 16384 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 16384; l18++) {
+                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81923)[l20 * 16384 + l21] = (0 + l21 < s1) ? (arena + 65539)[l20 * 16384 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
+                (arena + 98307)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 16384; r23++) a24 = a24 + (arena + 81923)[l22 * 16384 + r23 * 1];
-                (arena + 98307)[l22] = a24;
+                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 163849)[l25] = (arena + 163849)[l25] + (arena + 98307)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 98308)[l23] = (arena + 163849)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 16384; l25++) {
+                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 98308)[l26] = (arena + 163849)[l26];
-            }
-            /* row_sum_16k.fuse_at(softmax_16k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163850)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 163850)[l28] = (arena + 98308)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 114693)[l29] = (arena + 163848)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 16384; l31++) {
-                    (arena + 114694)[l30 * 16384 + l31] = ((arena + 0)[l30 * 16384 + l31] - (arena + 114693)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 16384; l33++) {
-                    (arena + 131078)[l32 * 16384 + l33] = expf((arena + 114694)[l32 * 16384 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147462)[l34] = (arena + 163850)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147463)[l35 * 16384 + l36] = ((arena + 131078)[l35 * 16384 + l36] / (arena + 147462)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 16384; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l37 * 16384 + l38]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l26 * 16384 + l27]);
                 }
             }
         }
@@ -1055,9 +799,10 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -1087,77 +832,44 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
             for (long long l11 = 0; l11 < 1; l11++) {
                 (arena + 32769)[l11] = (arena + 163847)[l11];
             }
-            /* row_max_16k.fuse_at(softmax_16k, x) */
+            /* rsum identity */
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163848)[l12] = 0e0f;
+                (arena + 163849)[l12] = 0e0f;
             }
             for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 163848)[l13] = (arena + 32769)[l13];
-            }
-            /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 163849)[l14] = 0e0f;
+                for (long long l14 = 0; l14 < 16384; l14++) {
+                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 49154)[l15] = (arena + 163848)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 49155)[l16 * 16384 + l17] = ((arena + 0)[l16 * 16384 + l17] - (arena + 49154)[l16]);
+                for (long long l16 = 0; l16 < 16384; l16++) {
+                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
                 }
             }
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 65539)[l18 * 16384 + l19] = expf((arena + 49155)[l18 * 16384 + l19]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                for (long long l18 = 0; l18 < 16384; l18++) {
+                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
                 }
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                for (long long l21 = 0; l21 < 16384; l21++) {
-                    (arena + 81923)[l20 * 16384 + l21] = (0 + l21 < s1) ? (arena + 65539)[l20 * 16384 + l21] : 0e0f;
-                }
+            for (long long l19 = 0; l19 < 1; l19++) {
+                float a21 = 0e0f;
+                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
+                (arena + 98307)[l19] = a21;
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                float a24 = 0e0f;
-                for (long long r23 = 0; r23 < 16384; r23++) a24 = a24 + (arena + 81923)[l22 * 16384 + r23 * 1];
-                (arena + 98307)[l22] = a24;
+                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
             }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 163849)[l25] = (arena + 163849)[l25] + (arena + 98307)[l25];
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 98308)[l23] = (arena + 163849)[l23];
+            }
+            for (long long l24 = 0; l24 < 1; l24++) {
+                for (long long l25 = 0; l25 < 16384; l25++) {
+                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
+                }
             }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 98308)[l26] = (arena + 163849)[l26];
-            }
-            /* row_sum_16k.fuse_at(softmax_16k, x) */
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163850)[l27] = 0e0f;
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 163850)[l28] = (arena + 98308)[l28];
-            }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 114693)[l29] = (arena + 163848)[l29];
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                for (long long l31 = 0; l31 < 16384; l31++) {
-                    (arena + 114694)[l30 * 16384 + l31] = ((arena + 0)[l30 * 16384 + l31] - (arena + 114693)[l30]);
-                }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 16384; l33++) {
-                    (arena + 131078)[l32 * 16384 + l33] = expf((arena + 114694)[l32 * 16384 + l33]);
-                }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                (arena + 147462)[l34] = (arena + 163850)[l34];
-            }
-            for (long long l35 = 0; l35 < 1; l35++) {
-                for (long long l36 = 0; l36 < 16384; l36++) {
-                    (arena + 147463)[l35 * 16384 + l36] = ((arena + 131078)[l35 * 16384 + l36] / (arena + 147462)[l35]);
-                }
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                for (long long l38 = 0; l38 < 16384; l38++) {
-                    if (o1 + l37 < s0 && 0 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (0 + l38) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l37 * 16384 + l38]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l26 * 16384 + l27]);
                 }
             }
         }
@@ -1171,131 +883,109 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 40971);
+    float* arena = (float*)malloc(sizeof(float) * 81931);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 40967)[l2] = (-INFINITY);
+                (arena + 81927)[l2] = (-INFINITY);
             }
-            /* rmax softmax.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rmax softmax.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : (-INFINITY);
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = fmaxf(a10, (arena + 4096)[l8 * 4096 + r9 * 1]);
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 40967)[l11] = fmaxf((arena + 40967)[l11], (arena + 8192)[l11]);
+                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 40967)[l12];
-            }
-            /* row_max.fuse_at(softmax, x) */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40968)[l14] = (arena + 8193)[l14];
+                (arena + 16385)[l12] = (arena + 81927)[l12];
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 40969)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 81929)[l13] = 0e0f;
             }
-            /* rsum softmax.tensorize(y:4096) */
-            for (long long o16 = 0; o16 < s1; o16 += 4096) {
+            /* rsum softmax.tensorize(y:8192) */
+            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_f16(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 4096; l18++) {
-                        (arena + 8194)[l17 * 4096 + l18] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o16 + l18) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
-                    (arena + 12290)[l19] = (arena + 40968)[l19];
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 4096; l21++) {
-                        (arena + 12291)[l20 * 4096 + l21] = ((arena + 8194)[l20 * 4096 + l21] - (arena + 12290)[l20]);
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
                     }
                 }
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 4096; l23++) {
-                        (arena + 16387)[l22 * 4096 + l23] = expf((arena + 12291)[l22 * 4096 + l23]);
+                for (long long l21 = 0; l21 < 1; l21++) {
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20483)[l24 * 4096 + l25] = (o16 + l25 < s1) ? (arena + 16387)[l24 * 4096 + l25] : 0e0f;
-                    }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    float a25 = 0e0f;
+                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
+                    (arena + 49155)[l23] = a25;
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
-                    float a28 = 0e0f;
-                    for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 20483)[l26 * 4096 + r27 * 1];
-                    (arena + 24579)[l26] = a28;
+                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
                 }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 49156)[l27] = (arena + 81929)[l27];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
                 for (long long l29 = 0; l29 < 1; l29++) {
-                    (arena + 40969)[l29] = (arena + 40969)[l29] + (arena + 24579)[l29];
-                }
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 24580)[l30] = (arena + 40969)[l30];
-            }
-            /* row_sum.fuse_at(softmax, x) */
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 40970)[l31] = 0e0f;
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 40970)[l32] = (arena + 24580)[l32];
-            }
-            /* softmax.tensorize(y:4096) */
-            for (long long o33 = 0; o33 < s1; o33 += 4096) {
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    for (long long l35 = 0; l35 < 4096; l35++) {
-                        (arena + 24581)[l34 * 4096 + l35] = (o1 + l34 < s0 && o33 + l35 < s1) ? dt_load_f16(in0[(o1 + l34) * args->input_strides[0][0] + (o33 + l35) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 28677)[l36] = (arena + 40968)[l36];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
+                    }
                 }
                 for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 4096; l38++) {
-                        (arena + 28678)[l37 * 4096 + l38] = ((arena + 24581)[l37 * 4096 + l38] - (arena + 28677)[l37]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32774)[l39 * 4096 + l40] = expf((arena + 28678)[l39 * 4096 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36870)[l41] = (arena + 40970)[l41];
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36871)[l42 * 4096 + l43] = ((arena + 32774)[l42 * 4096 + l43] / (arena + 36870)[l42]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 4096; l45++) {
-                        if (o1 + l44 < s0 && o33 + l45 < s1) out[(o1 + l44) * args->output_strides[0] + (o33 + l45) * args->output_strides[1]] = dt_store_f16((arena + 36871)[l44 * 4096 + l45]);
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l37 * 8192 + l38]);
                     }
                 }
             }
@@ -1310,131 +1000,109 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 40971);
+    float* arena = (float*)malloc(sizeof(float) * 81931);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 40967)[l2] = (-INFINITY);
+                (arena + 81927)[l2] = (-INFINITY);
             }
-            /* rmax softmax.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rmax softmax.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : (-INFINITY);
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = fmaxf(a10, (arena + 4096)[l8 * 4096 + r9 * 1]);
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 40967)[l11] = fmaxf((arena + 40967)[l11], (arena + 8192)[l11]);
+                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 40967)[l12];
-            }
-            /* row_max.fuse_at(softmax, x) */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40968)[l14] = (arena + 8193)[l14];
+                (arena + 16385)[l12] = (arena + 81927)[l12];
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 40969)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 81929)[l13] = 0e0f;
             }
-            /* rsum softmax.tensorize(y:4096) */
-            for (long long o16 = 0; o16 < s1; o16 += 4096) {
+            /* rsum softmax.tensorize(y:8192) */
+            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_bf16(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 4096; l18++) {
-                        (arena + 8194)[l17 * 4096 + l18] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o16 + l18) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
-                    (arena + 12290)[l19] = (arena + 40968)[l19];
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 4096; l21++) {
-                        (arena + 12291)[l20 * 4096 + l21] = ((arena + 8194)[l20 * 4096 + l21] - (arena + 12290)[l20]);
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
                     }
                 }
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 4096; l23++) {
-                        (arena + 16387)[l22 * 4096 + l23] = expf((arena + 12291)[l22 * 4096 + l23]);
+                for (long long l21 = 0; l21 < 1; l21++) {
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20483)[l24 * 4096 + l25] = (o16 + l25 < s1) ? (arena + 16387)[l24 * 4096 + l25] : 0e0f;
-                    }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    float a25 = 0e0f;
+                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
+                    (arena + 49155)[l23] = a25;
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
-                    float a28 = 0e0f;
-                    for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 20483)[l26 * 4096 + r27 * 1];
-                    (arena + 24579)[l26] = a28;
+                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
                 }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 49156)[l27] = (arena + 81929)[l27];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
                 for (long long l29 = 0; l29 < 1; l29++) {
-                    (arena + 40969)[l29] = (arena + 40969)[l29] + (arena + 24579)[l29];
-                }
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 24580)[l30] = (arena + 40969)[l30];
-            }
-            /* row_sum.fuse_at(softmax, x) */
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 40970)[l31] = 0e0f;
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 40970)[l32] = (arena + 24580)[l32];
-            }
-            /* softmax.tensorize(y:4096) */
-            for (long long o33 = 0; o33 < s1; o33 += 4096) {
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    for (long long l35 = 0; l35 < 4096; l35++) {
-                        (arena + 24581)[l34 * 4096 + l35] = (o1 + l34 < s0 && o33 + l35 < s1) ? dt_load_bf16(in0[(o1 + l34) * args->input_strides[0][0] + (o33 + l35) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_bf16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 28677)[l36] = (arena + 40968)[l36];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
+                    }
                 }
                 for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 4096; l38++) {
-                        (arena + 28678)[l37 * 4096 + l38] = ((arena + 24581)[l37 * 4096 + l38] - (arena + 28677)[l37]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32774)[l39 * 4096 + l40] = expf((arena + 28678)[l39 * 4096 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36870)[l41] = (arena + 40970)[l41];
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36871)[l42 * 4096 + l43] = ((arena + 32774)[l42 * 4096 + l43] / (arena + 36870)[l42]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 4096; l45++) {
-                        if (o1 + l44 < s0 && o33 + l45 < s1) out[(o1 + l44) * args->output_strides[0] + (o33 + l45) * args->output_strides[1]] = dt_store_bf16((arena + 36871)[l44 * 4096 + l45]);
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l37 * 8192 + l38]);
                     }
                 }
             }
@@ -1449,131 +1117,109 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 40971);
+    float* arena = (float*)malloc(sizeof(float) * 81931);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
-        long long rest = pid;
+        long long rest = (long long)pid;
         (void)rest;
-        const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 40967)[l2] = (-INFINITY);
+                (arena + 81927)[l2] = (-INFINITY);
             }
-            /* rmax softmax.tensorize(y:4096) */
-            for (long long o3 = 0; o3 < s1; o3 += 4096) {
+            /* rmax softmax.tensorize(y:8192) */
+            for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 4096; l5++) {
-                        (arena + 0)[l4 * 4096 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l5 = 0; l5 < 8192; l5++) {
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 4096; l7++) {
-                        (arena + 4096)[l6 * 4096 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 4096 + l7] : (-INFINITY);
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
                     }
                 }
                 for (long long l8 = 0; l8 < 1; l8++) {
                     float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 4096; r9++) a10 = fmaxf(a10, (arena + 4096)[l8 * 4096 + r9 * 1]);
-                    (arena + 8192)[l8] = a10;
+                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
+                    (arena + 16384)[l8] = a10;
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 40967)[l11] = fmaxf((arena + 40967)[l11], (arena + 8192)[l11]);
+                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
                 }
             }
             for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8193)[l12] = (arena + 40967)[l12];
-            }
-            /* row_max.fuse_at(softmax, x) */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 40968)[l13] = 0e0f;
-            }
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 40968)[l14] = (arena + 8193)[l14];
+                (arena + 16385)[l12] = (arena + 81927)[l12];
             }
             /* rsum identity */
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 40969)[l15] = 0e0f;
+            for (long long l13 = 0; l13 < 1; l13++) {
+                (arena + 81929)[l13] = 0e0f;
             }
-            /* rsum softmax.tensorize(y:4096) */
-            for (long long o16 = 0; o16 < s1; o16 += 4096) {
+            /* rsum softmax.tensorize(y:8192) */
+            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_f32(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                    }
+                }
                 for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 4096; l18++) {
-                        (arena + 8194)[l17 * 4096 + l18] = (o1 + l17 < s0 && o16 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o16 + l18) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
-                    (arena + 12290)[l19] = (arena + 40968)[l19];
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 4096; l21++) {
-                        (arena + 12291)[l20 * 4096 + l21] = ((arena + 8194)[l20 * 4096 + l21] - (arena + 12290)[l20]);
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
                     }
                 }
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 4096; l23++) {
-                        (arena + 16387)[l22 * 4096 + l23] = expf((arena + 12291)[l22 * 4096 + l23]);
+                for (long long l21 = 0; l21 < 1; l21++) {
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 4096; l25++) {
-                        (arena + 20483)[l24 * 4096 + l25] = (o16 + l25 < s1) ? (arena + 16387)[l24 * 4096 + l25] : 0e0f;
-                    }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    float a25 = 0e0f;
+                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
+                    (arena + 49155)[l23] = a25;
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
-                    float a28 = 0e0f;
-                    for (long long r27 = 0; r27 < 4096; r27++) a28 = a28 + (arena + 20483)[l26 * 4096 + r27 * 1];
-                    (arena + 24579)[l26] = a28;
+                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
                 }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 49156)[l27] = (arena + 81929)[l27];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
                 for (long long l29 = 0; l29 < 1; l29++) {
-                    (arena + 40969)[l29] = (arena + 40969)[l29] + (arena + 24579)[l29];
-                }
-            }
-            for (long long l30 = 0; l30 < 1; l30++) {
-                (arena + 24580)[l30] = (arena + 40969)[l30];
-            }
-            /* row_sum.fuse_at(softmax, x) */
-            for (long long l31 = 0; l31 < 1; l31++) {
-                (arena + 40970)[l31] = 0e0f;
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                (arena + 40970)[l32] = (arena + 24580)[l32];
-            }
-            /* softmax.tensorize(y:4096) */
-            for (long long o33 = 0; o33 < s1; o33 += 4096) {
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    for (long long l35 = 0; l35 < 4096; l35++) {
-                        (arena + 24581)[l34 * 4096 + l35] = (o1 + l34 < s0 && o33 + l35 < s1) ? dt_load_f32(in0[(o1 + l34) * args->input_strides[0][0] + (o33 + l35) * args->input_strides[0][1]]) : 0.0f;
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f32(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
                     }
                 }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 28677)[l36] = (arena + 40968)[l36];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
+                    }
                 }
                 for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 4096; l38++) {
-                        (arena + 28678)[l37 * 4096 + l38] = ((arena + 24581)[l37 * 4096 + l38] - (arena + 28677)[l37]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 4096; l40++) {
-                        (arena + 32774)[l39 * 4096 + l40] = expf((arena + 28678)[l39 * 4096 + l40]);
-                    }
-                }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    (arena + 36870)[l41] = (arena + 40970)[l41];
-                }
-                for (long long l42 = 0; l42 < 1; l42++) {
-                    for (long long l43 = 0; l43 < 4096; l43++) {
-                        (arena + 36871)[l42 * 4096 + l43] = ((arena + 32774)[l42 * 4096 + l43] / (arena + 36870)[l42]);
-                    }
-                }
-                for (long long l44 = 0; l44 < 1; l44++) {
-                    for (long long l45 = 0; l45 < 4096; l45++) {
-                        if (o1 + l44 < s0 && o33 + l45 < s1) out[(o1 + l44) * args->output_strides[0] + (o33 + l45) * args->output_strides[1]] = dt_store_f32((arena + 36871)[l44 * 4096 + l45]);
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l37 * 8192 + l38]);
                     }
                 }
             }

@@ -174,6 +174,23 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -186,8 +203,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -196,31 +213,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 1024u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -230,258 +259,179 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f16(const dt_arg
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v1[r]; }
-        __syncthreads();
         float v2[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = (-INFINITY);
-            if (j < 2) {
-                const int l7 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l7 * 1024 + i * 1]);
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v2[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = fmaxf(acc0[r], v2[r]);
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max_1k.fuse_at(softmax_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 1024) % 2;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 1024u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 1024;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v8[r]; }
-        __syncthreads();
         float v9[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l21 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l21 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v9[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a23 = 0e0f;
+                for (int g = 0; g < 4; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v9[r];
             }
         }
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_1k.fuse_at(softmax_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 1024) % 2;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 1024u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l35 = (e / 1024) % 2;
-            const int l36 = (e / 1) % 1024;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 8;
+            const int l28 = (int)((unsigned)e / 1024u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:2); 256 threads, 8208 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -490,31 +440,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int e = (c * 128 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 128 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 1024u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -524,258 +486,179 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_bf16(const dt_ar
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v1[r]; }
-        __syncthreads();
         float v2[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = (-INFINITY);
-            if (j < 2) {
-                const int l7 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = fmaxf(p, (dt_smem + 0)[l7 * 1024 + i * 1]);
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            for (int m = 16; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 32));
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v2[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = fmaxf(acc0[r], v2[r]);
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max_1k.fuse_at(softmax_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 1024) % 2;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 1024u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 1024;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v8[r]; }
-        __syncthreads();
         float v9[1];
-        /* cooperative reduction: 32 threads per result */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            const int j = tid / 32;
-            const int q = tid % 32;
-            float p = 0e0f;
-            if (j < 2) {
-                const int l21 = (j / 1) % 2;
-                for (int i = q; i < 1024; i += 32) p = p + (dt_smem + 0)[l21 * 1024 + i * 1];
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
+                #pragma unroll
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            for (int m = 16; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 32);
-            if (q == 0 && j < 2) (dt_smem + 2048)[j] = p;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v9[r] = (dt_smem + 2048)[e];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a23 = 0e0f;
+                for (int g = 0; g < 4; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v9[r];
             }
         }
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_1k.fuse_at(softmax_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 1024) % 2;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 1024u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l35 = (e / 1024) % 2;
-            const int l36 = (e / 1) % 1024;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 8;
+            const int l28 = (int)((unsigned)e / 1024u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:2); 256 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -784,140 +667,117 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 2)); rest /= (dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 2) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_1k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
         float v0[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l3 = (e / 1024) % 2;
-            const int l4 = (e / 1) % 1024;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 4;
+            const int l5 = (int)((unsigned)e / 1024u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 1024;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l8 = (int)((unsigned)e / 1u % 1024u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            float p[2];
+            float p[1];
             #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = fmaxf(p[i], v1[i * 4 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v1[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 2 + e]);
-                v2[r] = a8;
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a10 = (-INFINITY);
+                for (int g = 0; g < 4; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a10;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc0[r] = fmaxf(acc0[r], v2[r]);
             }
         }
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max_1k.fuse_at(softmax_1k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = 0e0f;
-            }
-        }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v5[r] = acc1[r];
             }
         }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (e / 1024) % 2;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l14 = (int)((unsigned)e / 1024u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
             }
         }
         float v7[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
@@ -925,130 +785,77 @@ extern "C" __global__ void __launch_bounds__(256) dt_softmax_1k_f32(const dt_arg
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (e / 1) % 1024;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
         {
-            float p[2];
+            float p[1];
             #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v8[i * 4 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 2; i++) (dt_smem + 4)[(tid / 32) * 2 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 8; g++) a22 = a22 + (dt_smem + 4)[g * 2 + e];
-                v9[r] = a22;
+            const int e = tid + r * 128;
+            if (e < 1) {
+                float a21 = 0e0f;
+                for (int g = 0; g < 4; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a21;
             }
         }
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 acc2[r] = acc2[r] + v9[r];
             }
         }
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
+            const int e = tid + r * 128;
+            if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_1k.fuse_at(softmax_1k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l28 = (e / 1024) % 2;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 2) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 2) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l33 = (e / 1024) % 2;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l24 = (int)((unsigned)e / 1024u % 1u);
+                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 4;
-            const int l35 = (e / 1024) % 2;
-            const int l36 = (e / 1) % 1024;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int e = (c * 128 + tid) * 4;
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1064,9 +871,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -1081,14 +889,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1098,14 +917,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1113,8 +932,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -1136,9 +955,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -1156,22 +975,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_4k.fuse_at(softmax_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -1181,25 +984,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 4096) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
@@ -1207,7 +1002,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
@@ -1215,8 +1010,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 4096;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1238,9 +1033,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a23 = 0e0f;
+                for (int g = 0; g < 16; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
             }
         }
         #pragma unroll
@@ -1258,89 +1053,36 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_4k.fuse_at(softmax_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 4096) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l35 = (e / 4096) % 1;
-            const int l36 = (e / 1) % 4096;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l28 = (int)((unsigned)e / 4096u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1356,9 +1098,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -1373,14 +1116,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 512 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1390,14 +1144,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1405,8 +1159,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -1428,9 +1182,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -1448,22 +1202,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_4k.fuse_at(softmax_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -1473,25 +1211,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 4096) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 4096u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
@@ -1499,7 +1229,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
@@ -1507,8 +1237,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 4096;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1530,9 +1260,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a23 = 0e0f;
+                for (int g = 0; g < 16; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
             }
         }
         #pragma unroll
@@ -1550,89 +1280,36 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_4k.fuse_at(softmax_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 4096) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l35 = (e / 4096) % 1;
-            const int l36 = (e / 1) % 4096;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l28 = (int)((unsigned)e / 4096u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1648,9 +1325,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -1668,20 +1346,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l3 = (e / 4096) % 1;
-            const int l4 = (e / 1) % 4096;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1689,8 +1367,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 4096;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l8 = (int)((unsigned)e / 1u % 4096u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -1712,9 +1390,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 16; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a10 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a10;
             }
         }
         #pragma unroll
@@ -1732,22 +1410,6 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_4k.fuse_at(softmax_4k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -1757,25 +1419,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (e / 4096) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
             }
         }
         float v7[8];
@@ -1791,8 +1445,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (e / 1) % 4096;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1814,9 +1468,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 512;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a21 = 0e0f;
+                for (int g = 0; g < 16; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a21;
             }
         }
         #pragma unroll
@@ -1834,85 +1488,32 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_4k.fuse_at(softmax_4k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l28 = (e / 4096) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l33 = (e / 4096) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l24 = (int)((unsigned)e / 4096u % 1u);
+                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l35 = (e / 4096) % 1;
-            const int l36 = (e / 1) % 4096;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1928,9 +1529,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -1945,14 +1547,25 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1962,14 +1575,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -1977,8 +1590,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -2000,9 +1613,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 64; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -2020,22 +1633,6 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_16k.fuse_at(softmax_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -2045,25 +1642,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 16384) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 16384u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
@@ -2071,7 +1660,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
@@ -2079,8 +1668,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 16384;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2102,9 +1691,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a23 = 0e0f;
+                for (int g = 0; g < 64; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
             }
         }
         #pragma unroll
@@ -2122,89 +1711,36 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_16k.fuse_at(softmax_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 16384) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 16384u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l35 = (e / 16384) % 1;
-            const int l36 = (e / 1) % 16384;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l28 = (int)((unsigned)e / 16384u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -2220,9 +1756,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -2237,14 +1774,25 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             }
         }
         float v0[8];
+        uint4 q3[1];
+        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                const uint4 q = *(const uint4*)(in0 + a);
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 2048 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 16384u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            if (f4[c]) {
+                const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2254,14 +1802,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l3 < s0 && 0 + (l4 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l3 < s0 && 0 + (l4 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l3 < s0 && 0 + (l4 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l3 < s0 && 0 + (l4 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -2269,8 +1817,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l10 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -2292,9 +1840,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a12 = (-INFINITY);
+                for (int g = 0; g < 64; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a12;
             }
         }
         #pragma unroll
@@ -2312,22 +1860,6 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_16k.fuse_at(softmax_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -2337,25 +1869,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l15 = (e / 16384) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l16 = (int)((unsigned)e / 16384u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
             }
         }
         float v7[8];
@@ -2363,7 +1887,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = expf(v6[r]);
+                v7[r] = dt_fast_exp(v6[r]);
             }
         }
         float v8[8];
@@ -2371,8 +1895,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (e / 1) % 16384;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2394,9 +1918,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a23 = 0e0f;
+                for (int g = 0; g < 64; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a23;
             }
         }
         #pragma unroll
@@ -2414,89 +1938,36 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_16k.fuse_at(softmax_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l28 = (e / 16384) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l26 = (int)((unsigned)e / 16384u % 1u);
+                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l35 = (e / 16384) % 1;
-            const int l36 = (e / 1) % 16384;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l28 = (int)((unsigned)e / 16384u % 1u);
+            const int l29 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l35 < s0 && 0 + (l36 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l35 < s0 && 0 + (l36 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l35 < s0 && 0 + (l36 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l35 < s0 && 0 + (l36 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -2512,9 +1983,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:0) */
@@ -2532,20 +2004,20 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l3 = (e / 16384) % 1;
-            const int l4 = (e / 1) % 16384;
-            const long long a = (o1 + l3) * args.input_strides[0][0] + (0 + l4) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l3 < s0 && 0 + (l4 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l5 = (int)((unsigned)e / 16384u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
+            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l3 < s0 && 0 + (l4 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l3 < s0 && 0 + (l4 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l3 < s0 && 0 + (l4 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
             }
         }
         float v1[8];
@@ -2553,8 +2025,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l6 = (e / 1) % 16384;
-                v1[r] = (0 + l6 < s1) ? v0[r] : (-INFINITY);
+                const int l8 = (int)((unsigned)e / 1u % 16384u);
+                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
             }
         }
         float v2[1];
@@ -2576,9 +2048,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a8 = (-INFINITY);
-                for (int g = 0; g < 64; g++) a8 = fmaxf(a8, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a8;
+                float a10 = (-INFINITY);
+                for (int g = 0; g < 64; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
+                v2[r] = a10;
             }
         }
         #pragma unroll
@@ -2596,22 +2068,6 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
                 v3[r] = acc0[r];
             }
         }
-        /* row_max_16k.fuse_at(softmax_16k, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc1[r] = v3[r];
-            }
-        }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
@@ -2621,25 +2077,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
                 acc2[r] = 0e0f;
             }
         }
-        float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
         __syncthreads();
         float v6[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (e / 16384) % 1;
-                v6[r] = (v0[r] - (dt_smem + 0)[l15]);
+                const int l14 = (int)((unsigned)e / 16384u % 1u);
+                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
             }
         }
         float v7[8];
@@ -2655,8 +2103,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (e / 1) % 16384;
-                v8[r] = (0 + l20 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2678,9 +2126,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 1; r++) {
             const int e = tid + r * 2048;
             if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a22;
+                float a21 = 0e0f;
+                for (int g = 0; g < 64; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
+                v9[r] = a21;
             }
         }
         #pragma unroll
@@ -2698,92 +2146,39 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum_16k.fuse_at(softmax_16k, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        float v12[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v12[r] = acc1[r];
-            }
-        }
         __syncthreads();
         #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
-        __syncthreads();
-        float v13[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l28 = (e / 16384) % 1;
-                v13[r] = (v0[r] - (dt_smem + 0)[l28]);
-            }
-        }
-        float v14[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            (void)e; {
-                v14[r] = expf(v13[r]);
-            }
-        }
-        float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc3[r];
-            }
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
         __syncthreads();
         float v16[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l33 = (e / 16384) % 1;
-                v16[r] = (v14[r] / (dt_smem + 0)[l33]);
+                const int l24 = (int)((unsigned)e / 16384u % 1u);
+                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l35 = (e / 16384) % 1;
-            const int l36 = (e / 1) % 16384;
-            const long long a = (o1 + l35) * args.output_strides[0] + (0 + l36) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l35 < s0 && 0 + (l36 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l35 < s0 && 0 + l36 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l35 < s0 && 0 + (l36 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l35 < s0 && 0 + (l36 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l35 < s0 && 0 + (l36 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel softmax for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args args) {
+/* kernel softmax for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2792,9 +2187,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax.tensorize(x:0) */
@@ -2803,22 +2199,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rmax softmax.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
+            uint4 q4[1];
+            bool f5[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
+                if (f5[c]) {
+                    const uint4 q = q4[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2828,27 +2235,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
+                    const int l11 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l11 < s1) ? v0[r] : (-INFINITY);
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -2864,16 +2271,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a9;
+                    float a13 = (-INFINITY);
+                    for (int g = 0; g < 32; g++) a13 = fmaxf(a13, (dt_smem + 4)[g * 1 + e]);
+                    v2[r] = a13;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
@@ -2882,47 +2289,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max.fuse_at(softmax, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:4096) */
-        for (long long o15 = 0; o15 < s1; o15 += 4096) {
+        /* rsum softmax.tensorize(y:8192) */
+        for (long long o17 = 0; o17 < s1; o17 += 8192) {
             float v4[8];
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l16 = (e / 4096) % 1;
-                const int l17 = (e / 1) % 4096;
-                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 8192u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l20) * args.input_strides[0][0] + (o17 + l21) * args.input_strides[0][1];
+                f19[c] = args.input_strides[0][1] == 1 && o1 + l20 < s0 && o17 + (l21 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f19[c]) q18[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 8192u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l22) * args.input_strides[0][0] + (o17 + l23) * args.input_strides[0][1];
+                if (f19[c]) {
+                    const uint4 q = q18[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2932,56 +2334,48 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 4] = (o1 + l16 < s0 && o15 + (l17 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 5] = (o1 + l16 < s0 && o15 + (l17 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 6] = (o1 + l16 < s0 && o15 + (l17 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 7] = (o1 + l16 < s0 && o15 + (l17 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v5[r] = acc1[r];
+                    v4[c * 8 + 0] = (o1 + l22 < s0 && o17 + l23 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 1] = (o1 + l22 < s0 && o17 + (l23 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 2] = (o1 + l22 < s0 && o17 + (l23 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 3] = (o1 + l22 < s0 && o17 + (l23 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 4] = (o1 + l22 < s0 && o17 + (l23 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 5] = (o1 + l22 < s0 && o17 + (l23 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 6] = (o1 + l22 < s0 && o17 + (l23 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 7] = (o1 + l22 < s0 && o17 + (l23 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l19 = (e / 4096) % 1;
-                    v6[r] = (v4[r] - (dt_smem + 0)[l19]);
+                    const int l24 = (int)((unsigned)e / 8192u % 1u);
+                    v6[r] = (v4[r] - (dt_smem + 0)[l24]);
                 }
             }
             float v7[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l24 = (e / 1) % 4096;
-                    v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
+                    const int l29 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = (o17 + l29 < s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -2997,16 +2391,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a26;
+                    float a31 = 0e0f;
+                    for (int g = 0; g < 32; g++) a31 = a31 + (dt_smem + 4)[g * 1 + e];
+                    v9[r] = a31;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
@@ -3015,38 +2409,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum.fuse_at(softmax, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        /* softmax.tensorize(y:4096) */
-        for (long long o31 = 0; o31 < s1; o31 += 4096) {
+        /* softmax.tensorize(y:8192) */
+        for (long long o34 = 0; o34 < s1; o34 += 8192) {
             float v11[8];
+            uint4 q35[1];
+            bool f36[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l32 = (e / 4096) % 1;
-                const int l33 = (e / 1) % 4096;
-                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 8192u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
+                f36[c] = args.input_strides[0][1] == 1 && o1 + l37 < s0 && o34 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
+                if (f36[c]) {
+                    const uint4 q = q35[c];
                     v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3056,91 +2445,75 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 4] = (o1 + l32 < s0 && o31 + (l33 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 5] = (o1 + l32 < s0 && o31 + (l33 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 6] = (o1 + l32 < s0 && o31 + (l33 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 7] = (o1 + l32 < s0 && o31 + (l33 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v12[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v12[r] = acc1[r];
+                    v11[c * 8 + 0] = (o1 + l39 < s0 && o34 + l40 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 1] = (o1 + l39 < s0 && o34 + (l40 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 2] = (o1 + l39 < s0 && o34 + (l40 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 3] = (o1 + l39 < s0 && o34 + (l40 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 4] = (o1 + l39 < s0 && o34 + (l40 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 5] = (o1 + l39 < s0 && o34 + (l40 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 6] = (o1 + l39 < s0 && o34 + (l40 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 7] = (o1 + l39 < s0 && o34 + (l40 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l35 = (e / 4096) % 1;
-                    v13[r] = (v11[r] - (dt_smem + 0)[l35]);
+                    const int l41 = (int)((unsigned)e / 8192u % 1u);
+                    v13[r] = (v11[r] - (dt_smem + 0)[l41]);
                 }
             }
             float v14[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
-                }
-            }
-            float v15[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v15[r] = acc3[r];
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v16[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v16[r] = (v14[r] / (dt_smem + 0)[l40]);
+                    const int l45 = (int)((unsigned)e / 8192u % 1u);
+                    v16[r] = dt_fast_div(v14[r], (dt_smem + 0)[l45]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l42 = (e / 4096) % 1;
-                const int l43 = (e / 1) % 4096;
-                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l47 = (int)((unsigned)e / 8192u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l47) * args.output_strides[0] + (o34 + l48) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l47 < s0 && o34 + (l48 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if (o1 + l47 < s0 && o34 + l48 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args args) {
+/* kernel softmax for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3149,9 +2522,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax.tensorize(x:0) */
@@ -3160,22 +2534,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rmax softmax.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
+            uint4 q4[1];
+            bool f5[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
+                if (f5[c]) {
+                    const uint4 q = q4[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3185,27 +2570,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l4 < s0 && o3 + (l5 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l4 < s0 && o3 + (l5 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l4 < s0 && o3 + (l5 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l4 < s0 && o3 + (l5 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
+                    const int l11 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l11 < s1) ? v0[r] : (-INFINITY);
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -3221,16 +2606,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a9;
+                    float a13 = (-INFINITY);
+                    for (int g = 0; g < 32; g++) a13 = fmaxf(a13, (dt_smem + 4)[g * 1 + e]);
+                    v2[r] = a13;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
@@ -3239,47 +2624,42 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max.fuse_at(softmax, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:4096) */
-        for (long long o15 = 0; o15 < s1; o15 += 4096) {
+        /* rsum softmax.tensorize(y:8192) */
+        for (long long o17 = 0; o17 < s1; o17 += 8192) {
             float v4[8];
+            uint4 q18[1];
+            bool f19[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l16 = (e / 4096) % 1;
-                const int l17 = (e / 1) % 4096;
-                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l20 = (int)((unsigned)e / 8192u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l20) * args.input_strides[0][0] + (o17 + l21) * args.input_strides[0][1];
+                f19[c] = args.input_strides[0][1] == 1 && o1 + l20 < s0 && o17 + (l21 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f19[c]) q18[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l22 = (int)((unsigned)e / 8192u % 1u);
+                const int l23 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l22) * args.input_strides[0][0] + (o17 + l23) * args.input_strides[0][1];
+                if (f19[c]) {
+                    const uint4 q = q18[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3289,56 +2669,48 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 4] = (o1 + l16 < s0 && o15 + (l17 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 5] = (o1 + l16 < s0 && o15 + (l17 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 6] = (o1 + l16 < s0 && o15 + (l17 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 7] = (o1 + l16 < s0 && o15 + (l17 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v5[r] = acc1[r];
+                    v4[c * 8 + 0] = (o1 + l22 < s0 && o17 + l23 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 1] = (o1 + l22 < s0 && o17 + (l23 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 2] = (o1 + l22 < s0 && o17 + (l23 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 3] = (o1 + l22 < s0 && o17 + (l23 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 4] = (o1 + l22 < s0 && o17 + (l23 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 5] = (o1 + l22 < s0 && o17 + (l23 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 6] = (o1 + l22 < s0 && o17 + (l23 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 7] = (o1 + l22 < s0 && o17 + (l23 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l19 = (e / 4096) % 1;
-                    v6[r] = (v4[r] - (dt_smem + 0)[l19]);
+                    const int l24 = (int)((unsigned)e / 8192u % 1u);
+                    v6[r] = (v4[r] - (dt_smem + 0)[l24]);
                 }
             }
             float v7[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v7[r] = expf(v6[r]);
+                    v7[r] = dt_fast_exp(v6[r]);
                 }
             }
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l24 = (e / 1) % 4096;
-                    v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
+                    const int l29 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = (o17 + l29 < s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -3354,16 +2726,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a26;
+                    float a31 = 0e0f;
+                    for (int g = 0; g < 32; g++) a31 = a31 + (dt_smem + 4)[g * 1 + e];
+                    v9[r] = a31;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
@@ -3372,38 +2744,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum.fuse_at(softmax, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        /* softmax.tensorize(y:4096) */
-        for (long long o31 = 0; o31 < s1; o31 += 4096) {
+        /* softmax.tensorize(y:8192) */
+        for (long long o34 = 0; o34 < s1; o34 += 8192) {
             float v11[8];
+            uint4 q35[1];
+            bool f36[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l32 = (e / 4096) % 1;
-                const int l33 = (e / 1) % 4096;
-                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                const int e = (c * 1024 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 8192u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
+                f36[c] = args.input_strides[0][1] == 1 && o1 + l37 < s0 && o34 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
+                if (f36[c]) {
+                    const uint4 q = q35[c];
                     v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3413,91 +2780,75 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 4] = (o1 + l32 < s0 && o31 + (l33 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 5] = (o1 + l32 < s0 && o31 + (l33 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 6] = (o1 + l32 < s0 && o31 + (l33 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 7] = (o1 + l32 < s0 && o31 + (l33 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v12[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v12[r] = acc1[r];
+                    v11[c * 8 + 0] = (o1 + l39 < s0 && o34 + l40 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 1] = (o1 + l39 < s0 && o34 + (l40 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 2] = (o1 + l39 < s0 && o34 + (l40 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 3] = (o1 + l39 < s0 && o34 + (l40 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 4] = (o1 + l39 < s0 && o34 + (l40 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 5] = (o1 + l39 < s0 && o34 + (l40 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 6] = (o1 + l39 < s0 && o34 + (l40 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 7] = (o1 + l39 < s0 && o34 + (l40 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l35 = (e / 4096) % 1;
-                    v13[r] = (v11[r] - (dt_smem + 0)[l35]);
+                    const int l41 = (int)((unsigned)e / 8192u % 1u);
+                    v13[r] = (v11[r] - (dt_smem + 0)[l41]);
                 }
             }
             float v14[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = expf(v13[r]);
-                }
-            }
-            float v15[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v15[r] = acc3[r];
+                    v14[r] = dt_fast_exp(v13[r]);
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v16[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v16[r] = (v14[r] / (dt_smem + 0)[l40]);
+                    const int l45 = (int)((unsigned)e / 8192u % 1u);
+                    v16[r] = dt_fast_div(v14[r], (dt_smem + 0)[l45]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l42 = (e / 4096) % 1;
-                const int l43 = (e / 1) % 4096;
-                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l47 = (int)((unsigned)e / 8192u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l47) * args.output_strides[0] + (o34 + l48) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l47 < s0 && o34 + (l48 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if (o1 + l47 < s0 && o34 + l48 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if (o1 + l47 < s0 && o34 + (l48 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args args) {
+/* kernel softmax for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3506,9 +2857,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
-    long long rest = pid;
+    unsigned rest = (unsigned)pid;
     (void)rest;
-    const long long g0 = rest % (dt_cdiv(s0, 1)); rest /= (dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax.tensorize(x:0) */
@@ -3517,44 +2869,44 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
         float acc0[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc0[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:4096) */
-        for (long long o3 = 0; o3 < s1; o3 += 4096) {
+        /* rmax softmax.tensorize(y:8192) */
+        for (long long o3 = 0; o3 < s1; o3 += 8192) {
             float v0[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l4 = (e / 4096) % 1;
-                const int l5 = (e / 1) % 4096;
-                const long long a = (o1 + l4) * args.input_strides[0][0] + (o3 + l5) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l4 < s0 && o3 + (l5 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 1] = (o1 + l4 < s0 && o3 + (l5 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 2] = (o1 + l4 < s0 && o3 + (l5 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 3] = (o1 + l4 < s0 && o3 + (l5 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 0] = (o1 + l6 < s0 && o3 + l7 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 1] = (o1 + l6 < s0 && o3 + (l7 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 2] = (o1 + l6 < s0 && o3 + (l7 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v0[c * 4 + 3] = (o1 + l6 < s0 && o3 + (l7 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             float v1[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l7 = (e / 1) % 4096;
-                    v1[r] = (o3 + l7 < s1) ? v0[r] : (-INFINITY);
+                    const int l9 = (int)((unsigned)e / 1u % 8192u);
+                    v1[r] = (o3 + l9 < s1) ? v0[r] : (-INFINITY);
                 }
             }
             float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -3570,16 +2922,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a9 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a9 = fmaxf(a9, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a9;
+                    float a11 = (-INFINITY);
+                    for (int g = 0; g < 32; g++) a11 = fmaxf(a11, (dt_smem + 4)[g * 1 + e]);
+                    v2[r] = a11;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc0[r] = fmaxf(acc0[r], v2[r]);
                 }
@@ -3588,83 +2940,59 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
         float v3[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v3[r] = acc0[r];
-            }
-        }
-        /* row_max.fuse_at(softmax, x) */
-        float acc1[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc1[r] = v3[r];
             }
         }
         /* rsum identity */
         float acc2[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 acc2[r] = 0e0f;
             }
         }
-        /* rsum softmax.tensorize(y:4096) */
-        for (long long o15 = 0; o15 < s1; o15 += 4096) {
+        /* rsum softmax.tensorize(y:8192) */
+        for (long long o15 = 0; o15 < s1; o15 += 8192) {
             float v4[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l16 = (e / 4096) % 1;
-                const int l17 = (e / 1) % 4096;
-                const long long a = (o1 + l16) * args.input_strides[0][0] + (o15 + l17) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l16 < s0 && o15 + (l17 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l18 < s0 && o15 + (l19 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 1] = (o1 + l16 < s0 && o15 + (l17 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 2] = (o1 + l16 < s0 && o15 + (l17 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 3] = (o1 + l16 < s0 && o15 + (l17 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v5[r] = acc1[r];
+                    v4[c * 4 + 0] = (o1 + l18 < s0 && o15 + l19 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 1] = (o1 + l18 < s0 && o15 + (l19 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 2] = (o1 + l18 < s0 && o15 + (l19 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 3] = (o1 + l18 < s0 && o15 + (l19 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l19 = (e / 4096) % 1;
-                    v6[r] = (v4[r] - (dt_smem + 0)[l19]);
+                    const int l20 = (int)((unsigned)e / 8192u % 1u);
+                    v6[r] = (v4[r] - (dt_smem + 0)[l20]);
                 }
             }
             float v7[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = expf(v6[r]);
                 }
@@ -3672,14 +3000,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l24 = (e / 1) % 4096;
-                    v8[r] = (o15 + l24 < s1) ? v7[r] : 0e0f;
+                    const int l25 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = (o15 + l25 < s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
             {
                 float p[1];
                 #pragma unroll
@@ -3695,16 +3023,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
-                    float a26 = 0e0f;
-                    for (int g = 0; g < 16; g++) a26 = a26 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a26;
+                    float a27 = 0e0f;
+                    for (int g = 0; g < 32; g++) a27 = a27 + (dt_smem + 4)[g * 1 + e];
+                    v9[r] = a27;
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
+                const int e = tid + r * 1024;
                 if (e < 1) {
                     acc2[r] = acc2[r] + v9[r];
                 }
@@ -3713,112 +3041,80 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
         float v10[1];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
+            const int e = tid + r * 1024;
             if (e < 1) {
                 v10[r] = acc2[r];
             }
         }
-        /* row_sum.fuse_at(softmax, x) */
-        float acc3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = 0e0f;
-            }
-        }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc3[r] = v10[r];
-            }
-        }
-        /* softmax.tensorize(y:4096) */
-        for (long long o31 = 0; o31 < s1; o31 += 4096) {
+        /* softmax.tensorize(y:8192) */
+        for (long long o30 = 0; o30 < s1; o30 += 8192) {
             float v11[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l32 = (e / 4096) % 1;
-                const int l33 = (e / 1) % 4096;
-                const long long a = (o1 + l32) * args.input_strides[0][0] + (o31 + l33) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l32 < s0 && o31 + (l33 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l33 = (int)((unsigned)e / 8192u % 1u);
+                const int l34 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l33) * args.input_strides[0][0] + (o30 + l34) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && o1 + l33 < s0 && o30 + (l34 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = (o1 + l32 < s0 && o31 + l33 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 1] = (o1 + l32 < s0 && o31 + (l33 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 2] = (o1 + l32 < s0 && o31 + (l33 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 3] = (o1 + l32 < s0 && o31 + (l33 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v12[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v12[r] = acc1[r];
+                    v11[c * 4 + 0] = (o1 + l33 < s0 && o30 + l34 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 1] = (o1 + l33 < s0 && o30 + (l34 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 2] = (o1 + l33 < s0 && o30 + (l34 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 3] = (o1 + l33 < s0 && o30 + (l34 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
                 }
             }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v12[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
             __syncthreads();
             float v13[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l35 = (e / 4096) % 1;
+                    const int l35 = (int)((unsigned)e / 8192u % 1u);
                     v13[r] = (v11[r] - (dt_smem + 0)[l35]);
                 }
             }
             float v14[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
-            float v15[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    v15[r] = acc3[r];
-                }
-            }
             __syncthreads();
             #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
+            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
             __syncthreads();
             float v16[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l40 = (e / 4096) % 1;
-                    v16[r] = (v14[r] / (dt_smem + 0)[l40]);
+                    const int l39 = (int)((unsigned)e / 8192u % 1u);
+                    v16[r] = (v14[r] / (dt_smem + 0)[l39]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l42 = (e / 4096) % 1;
-                const int l43 = (e / 1) % 4096;
-                const long long a = (o1 + l42) * args.output_strides[0] + (o31 + l43) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l42 < s0 && o31 + (l43 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l41 = (int)((unsigned)e / 8192u % 1u);
+                const int l42 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l41) * args.output_strides[0] + (o30 + l42) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && o1 + l41 < s0 && o30 + (l42 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if (o1 + l42 < s0 && o31 + l43 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if (o1 + l42 < s0 && o31 + (l43 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if (o1 + l41 < s0 && o30 + l42 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if (o1 + l41 < s0 && o30 + (l42 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if (o1 + l41 < s0 && o30 + (l42 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if (o1 + l41 < s0 && o30 + (l42 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

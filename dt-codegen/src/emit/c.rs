@@ -69,7 +69,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.line(&format!("const long long programs = {};", super::program_count(k)));
     e.line("for (long long pid = first; pid < last && pid < programs; pid++) {");
     e.depth += 1;
-    for l in super::program_coords(k, "continue;") {
+    for l in super::program_coords(k, "continue;", "long long") {
         e.line(&l);
     }
     e.stmts(&k.body)?;

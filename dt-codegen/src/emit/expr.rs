@@ -17,6 +17,36 @@ pub fn float_lit(v: f32) -> String {
     }
 }
 
+/// How transcendental functions and division are evaluated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Math {
+    /// The C library's functions and IEEE division (a few units in the last place of f32).
+    Exact,
+    /// The GPU's approximations (`dt_fast_*` in the device runtime): a relative error of at most
+    /// 2^-10.9 (tanh) or about 2^-21 (exp, log, division), below the rounding of a 16-bit
+    /// result, for a fraction of the instructions. Used where the kernel stores f16 or bf16.
+    Fast,
+}
+
+/// [`unary`] under `math`.
+pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
+    match (math, op) {
+        (Math::Fast, UnOp::Exp) => format!("dt_fast_exp({a})"),
+        (Math::Fast, UnOp::Log) => format!("dt_fast_log({a})"),
+        (Math::Fast, UnOp::Tanh) => format!("dt_fast_tanh({a})"),
+        (Math::Fast, UnOp::Sigmoid) => format!("dt_fast_sigmoid({a})"),
+        _ => unary(op, a),
+    }
+}
+
+/// [`binary`] under `math`.
+pub fn binary_in(math: Math, op: BinOp, a: &str, b: &str) -> String {
+    match (math, op) {
+        (Math::Fast, BinOp::Div) => format!("dt_fast_div({a}, {b})"),
+        _ => binary(op, a, b),
+    }
+}
+
 pub fn unary(op: UnOp, a: &str) -> String {
     match op {
         UnOp::Neg => format!("(-{a})"),

@@ -15,7 +15,7 @@
 #[path = "gpu_mma.rs"]
 mod mma;
 
-use super::expr::{binary, combine, float_lit, unary};
+use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
 use crate::abi;
 use dt_core::algo::DimId;
@@ -117,6 +117,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     let mut e = Emitter {
         k,
         dtype,
+        math: if dtype.size_bytes() == 2 { Math::Fast } else { Math::Exact },
         threads,
         mapping,
         out: String::new(),
@@ -152,7 +153,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     }
     e.line(&format!("{t}* __restrict__ out = ({t}*)args.output; /* {} */", k.output.name));
     e.line("const long long pid = (long long)blockIdx.x;");
-    for l in program_coords(k, "return;") {
+    for l in program_coords(k, "return;", "unsigned") {
         e.line(&l);
     }
     e.stmts(&k.body)?;
@@ -319,6 +320,8 @@ enum Reader {
 struct Emitter<'a> {
     k: &'a Kernel,
     dtype: DType,
+    /// Approximate math where the kernel stores 16-bit results (see [`Math::Fast`]).
+    math: Math,
     threads: u32,
     mapping: Mapping,
     out: String,
@@ -459,7 +462,8 @@ impl Emitter<'_> {
         let inner = std::mem::replace(&mut self.out, before);
         for ((d, ext), (_, l)) in shape.0.iter().zip(&lanes.0) {
             if mentions(&inner, l) {
-                self.line(&format!("const int {l} = (e / {}) % {ext};", shape.stride(*d)));
+                // Unsigned: e is never negative, and so / and % by powers of two are shifts and masks.
+                self.line(&format!("const int {l} = (int)((unsigned)e / {}u % {ext}u);", shape.stride(*d)));
             }
         }
         self.out += &inner;
@@ -762,12 +766,38 @@ impl Emitter<'_> {
                 let last = axes.len() - 1;
                 let load = format!("dt_load_{}", self.dtype.name());
                 let words = self.unpack_words(v);
+                // 16-bit tiles: first every 16-byte load of the thread, then the unpacking, since a
+                // use right after each load would wait for it before the next one starts. f32
+                // tiles keep each load next to its use: they move twice the bytes per element
+                // already, and loads that the compiler can hoist freely cost them registers
+                // (spills) for no gain (docs/bench/h100.md).
+                let batched = self.dtype.size_bytes() == 2;
+                let (q, fast) = (self.fresh("q"), self.fresh("f"));
+                let aligned = |e: &Self, lanes: &Lanes| {
+                    let (end_ok, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+                    format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
+                };
+                if batched {
+                    let runs = self.regs(shape.elements()) / v;
+                    self.line(&format!("uint4 {q}[{runs}];"));
+                    self.line(&format!("bool {fast}[{runs}];"));
+                    self.for_runs(&shape, v, |e, lanes, _| {
+                        let (_, addr) = super::masked_address(e.k, axes, lanes, |d| e.offset(d), stride);
+                        e.line(&format!("const long long a = {addr};"));
+                        e.line(&format!("{fast}[c] = {};", aligned(e, lanes)));
+                        e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
+                    });
+                }
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (_, addr) = super::masked_address(e.k, axes, lanes, |d| e.offset(d), stride);
-                    let (end_ok, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));
-                    e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0) {{", stride(last)));
-                    e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
+                    if batched {
+                        e.line(&format!("if ({fast}[c]) {{"));
+                        e.line(&format!("    const uint4 q = {q}[c];"));
+                    } else {
+                        e.line(&format!("if ({}) {{", aligned(e, lanes)));
+                        e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
+                    }
                     for (j, w) in words.iter().enumerate() {
                         e.line(&format!("    {dst}[{base} + {j}] = {w};"));
                     }
@@ -793,7 +823,7 @@ impl Emitter<'_> {
                 self.declare(&dst, &shape);
                 self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
-                    e.line(&format!("{dst}[r] = {};", unary(*u, &v)));
+                    e.line(&format!("{dst}[r] = {};", unary_in(e.math, *u, &v)));
                 });
             }
             Op::Binary(b, x, y) => {
@@ -801,7 +831,7 @@ impl Emitter<'_> {
                 self.declare(&dst, &shape);
                 self.for_owned(&shape, layout, |e, l| {
                     let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
-                    e.line(&format!("{dst}[r] = {};", binary(*b, &vx, &vy)));
+                    e.line(&format!("{dst}[r] = {};", binary_in(e.math, *b, &vx, &vy)));
                 });
             }
             Op::Select(c, x, y) => {

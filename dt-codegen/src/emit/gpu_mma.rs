@@ -301,12 +301,7 @@ fn common(ls: &[RegLayout]) -> RegLayout {
 }
 
 pub(super) fn operands(op: &Op) -> Vec<ValueId> {
-    match op {
-        Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } => vec![*a],
-        Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
-        Op::Select(c, a, b) => vec![*c, *a, *b],
-        Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
-    }
+    op.operands()
 }
 
 fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {

@@ -47,7 +47,11 @@ pub fn check_abi(k: &Kernel) -> Result<(), EmitError> {
 /// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked
 /// dimension, skipping programs past the end of a short group (`skip` is `continue;` inside the
 /// CPU's program loop, `return;` in a GPU kernel). Shared by every C-family emitter.
-pub fn program_coords(k: &Kernel, skip: &str) -> Vec<String> {
+///
+/// `index` is the C type of the division: a GPU grid has fewer than 2^31 programs, and every
+/// count here divides the grid size, so there 32-bit `unsigned` division is exact and spares
+/// the 64-bit division routine; the CPU's program loop uses `long long`.
+pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
     let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
@@ -61,9 +65,10 @@ pub fn program_coords(k: &Kernel, skip: &str) -> Vec<String> {
             MapEntry::Inner { factor, .. } => factor.to_string(),
         })
         .collect();
-    let mut out = vec!["long long rest = pid;".to_string(), "(void)rest;".to_string()];
+    let mut out = vec![format!("{index} rest = ({index})pid;"), "(void)rest;".to_string()];
     for (i, c) in counts.iter().enumerate().rev() {
-        out.push(format!("const long long g{i} = rest % ({c}); rest /= ({c});"));
+        out.push(format!("const {index} n{i} = ({index})({c});"));
+        out.push(format!("const long long g{i} = rest % n{i}; rest /= n{i};"));
     }
     for (d, _) in &k.grid.blocked {
         let mut parts = Vec::new();

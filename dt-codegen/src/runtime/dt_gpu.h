@@ -173,5 +173,22 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
+ * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+ * (tanh), under the rounding of an f16 or bf16 result. */
+DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_log(float a) { return __logf(a); }
+DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
+#if defined(__HIPCC__)
+DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
+#else
+DT_FN float dt_fast_tanh(float a) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(a));
+    return t;
+}
+#endif
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }

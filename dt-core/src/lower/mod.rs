@@ -7,11 +7,13 @@
 //!    bound become straight-line code.
 //! 4. [`cse::merge_common_subexpressions`]: equal operations in one statement list (loads
 //!    included) are computed once.
-//! 5. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 5. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
+//! 6. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
 mod cse;
+mod dead;
 mod grid;
 mod layout;
 mod nest;
@@ -68,6 +70,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("single_pass", &kernel);
     cse::merge_common_subexpressions(&mut kernel);
     log("cse", &kernel);
+    dead::drop_dead_code(&mut kernel);
+    log("dead", &kernel);
     layout::assign_layouts(&mut kernel);
     log("layout", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
