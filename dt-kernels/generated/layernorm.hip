@@ -175,8 +175,8 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
-/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): relative
- * errors of about 2^-21 (exp, log, division; division needs |b| below 2^126) and 2^-10.9
+/* Approximations for kernels that store 16-bit results (emit/expr.rs, Math::Fast): errors of a
+ * few units of f32 (2 + 1.2 |x| for exp(x); division needs |b| below 2^126) and 2^-10.9 relative
  * (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_log(float a) { return __logf(a); }

@@ -436,7 +436,7 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     let mut guards = Vec::with_capacity(plan.slots.len());
     for (slot, &j) in plan.slots.iter().enumerate() {
         let (ptr, guard) = inputs[j].buf.device_ptr(&gpu.stream);
-        if ptr as usize % align != 0 {
+        if !(ptr as usize).is_multiple_of(align) {
             return Err(Error::Misaligned { op: op.op, arg: op.inputs[j].arg, addr: ptr, align });
         }
         args.inputs[slot] = ptr;

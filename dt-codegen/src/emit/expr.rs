@@ -22,8 +22,8 @@ pub fn float_lit(v: f32) -> String {
 pub enum Math {
     /// The C library's functions and IEEE division (a few units in the last place of f32).
     Exact,
-    /// The GPU's approximations (`dt_fast_*` in the device runtime): a relative error of at most
-    /// 2^-10.9 (tanh) or about 2^-21 (exp, log, division), below the rounding of a 16-bit
+    /// The GPU's approximations (`dt_fast_*` in the device runtime): errors of a few units of
+    /// f32 (exp, log, division) or 2^-10.9 relative (tanh), below the rounding of a 16-bit
     /// result, for a fraction of the instructions. Used where the kernel stores f16 or bf16.
     Fast,
 }

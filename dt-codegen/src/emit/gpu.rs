@@ -279,7 +279,7 @@ struct Mapping {
 impl Mapping {
     /// Consecutive elements per run for a tile of `n` elements.
     fn width(&self, n: usize) -> usize {
-        if self.vector > 1 && n % (self.threads * self.vector) == 0 {
+        if self.vector > 1 && n.is_multiple_of(self.threads * self.vector) {
             self.vector
         } else {
             1
@@ -304,7 +304,7 @@ impl Mapping {
         let n = shape.extent(dim)? as usize;
         let last = shape.0.last().map(|(d, _)| *d);
         let rows = shape.elements() / n.max(1);
-        let ok = last == Some(dim) && n % (self.threads * self.width(shape.elements())) == 0 && rows <= 32;
+        let ok = last == Some(dim) && n.is_multiple_of(self.threads * self.width(shape.elements())) && rows <= 32;
         ok.then_some(rows)
     }
 }
@@ -366,7 +366,7 @@ impl Emitter<'_> {
 
     /// Whether the threads' registers hold exactly the `n` elements of a tile (none left over).
     fn covers(&self, n: usize) -> bool {
-        n % self.threads as usize == 0
+        n.is_multiple_of(self.threads as usize)
     }
 
     fn regs(&self, n: usize) -> usize {
@@ -581,7 +581,7 @@ impl Emitter<'_> {
     fn vector_run(&self, shape: &Shape, axes: &[DimId]) -> Option<usize> {
         let v = self.mapping.width(shape.elements());
         let (last, ext) = *shape.0.last()?;
-        (v > 1 && axes.last() == Some(&last) && ext as usize % v == 0).then_some(v)
+        (v > 1 && axes.last() == Some(&last) && (ext as usize).is_multiple_of(v)).then_some(v)
     }
 
     /// Loops over the runs of `v` consecutive elements of `shape` this thread holds, with the
