@@ -768,9 +768,9 @@ impl Emitter<'_> {
                 let words = self.unpack_words(v);
                 // 16-bit tiles: first every 16-byte load of the thread, then the unpacking, since a
                 // use right after each load would wait for it before the next one starts. f32
-                // tiles keep each load next to its use: they move twice the bytes per element
-                // already, and loads that the compiler can hoist freely cost them registers
-                // (spills) for no gain (docs/bench/h100.md).
+                // tiles keep each load next to its use: given loads it may hoist freely, the
+                // compiler raised their register use and spilled under `max_registers` (f32 DyT
+                // fell from 0.95 to 0.28 of a copy, docs/bench/h100.md).
                 let batched = self.dtype.size_bytes() == 2;
                 let (q, fast) = (self.fresh("q"), self.fresh("f"));
                 let aligned = |e: &Self, lanes: &Lanes| {
