@@ -87,3 +87,33 @@ fn entry_points_fail_cleanly_or_run() {
         }
     }
 }
+
+/// With an AMD GPU: a forked handle runs on its own stream, and tensors made on one stream and
+/// used or written on the other give the results of running in order. Without one, skipped.
+#[test]
+fn forked_streams_order_cross_stream_use() {
+    let gpu = match Hip::new() {
+        Ok(gpu) => gpu,
+        Err(e) => return eprintln!("skipped: no AMD GPU ({e})"),
+    };
+    let other = gpu.fork().unwrap();
+    assert_ne!(gpu.raw_stream(), other.raw_stream());
+    let x: Vec<f32> = (0..4 * 300).map(|i| ((i * 37 % 101) as f32 - 50.0) / 10.0).collect();
+    let t = gpu.upload([4, 300], &x).unwrap();
+    let want = dt_kernels::reference::softmax(&x, 4, 300);
+    // Made on `gpu`, written on `other`, read back through `gpu`'s stream.
+    let mut out = gpu.zeros::<f32>([4, 300]).unwrap();
+    match hip::softmax_into(&other, &t, &mut out) {
+        Ok(()) => {}
+        Err(Error::Compile { msg, .. }) => return eprintln!("no code object for this GPU: {msg}"),
+        Err(e) => panic!("{e}"),
+    }
+    let got = out.to_host().unwrap();
+    let err = dt_kernels::reference::error_stats(&got, &want).max_abs;
+    assert!(err < 1e-5, "softmax on a forked stream: max error {err}");
+    // A handle on a stream of other code: here the fork's, which stays alive meanwhile.
+    // SAFETY: `other`'s stream lives until `other` is dropped, after `borrowed` and its tensors.
+    let borrowed = unsafe { gpu.with_stream(other.raw_stream()) };
+    let again = hip::softmax(&borrowed, &t).unwrap().to_host().unwrap();
+    assert_eq!(again, got);
+}

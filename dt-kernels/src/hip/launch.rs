@@ -56,6 +56,13 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     if plan.programs == 0 {
         return Ok(());
     }
+    // Tensors made by a handle on another stream (`Hip::fork`, `Hip::with_stream`): the work
+    // enqueued there on them finishes before this kernel reads or overwrites them.
+    for t in inputs.iter().copied().chain([&*out]) {
+        if !t.buf.hip.same_stream(hip) {
+            t.buf.hip.synchronize()?;
+        }
+    }
     hip.make_current()?;
     let (f, row) = hip.function(plan.spec_index, &plan.symbol)?;
     let align = std::mem::align_of::<T::Storage>() as u64;
@@ -88,10 +95,15 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
             1,
             1,
             row.shared_bytes,
-            hip.shared.stream.0,
+            hip.stream.raw.0,
             params.as_mut_ptr(),
             std::ptr::null_mut(),
         )
     };
-    super::sys::check(lib, code, || format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs))
+    super::sys::check(lib, code, || format!("{}: launching `{}` on {} programs", op.op, plan.symbol, plan.programs))?;
+    // The output's own handle waits on its stream only: the result is complete before it returns.
+    if !out.buf.hip.same_stream(hip) {
+        hip.synchronize()?;
+    }
+    Ok(())
 }

@@ -66,13 +66,12 @@ unsafe impl<T> Send for Raw<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for Raw<T> {}
 
-/// What clones of one handle share: the device, its stream, the loaded modules and functions.
+/// What the handles of one device share: the device, the loaded modules and functions.
 struct Shared {
     lib: &'static HipLib,
     device: i32,
     arch: String,
     name: String,
-    stream: Raw<sys::hipStream_t>,
     modules: Vec<OnceLock<std::result::Result<Raw<sys::hipModule_t>, String>>>,
     functions: Mutex<HashMap<&'static str, Raw<sys::hipFunction_t>>>,
 }
@@ -80,25 +79,59 @@ struct Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let lib = self.lib;
-        // SAFETY: nothing else holds these handles: every tensor and clone of the handle holds
-        // this `Shared`, and it is being dropped. Errors cannot be reported from a drop.
+        // SAFETY: nothing else holds these modules: every handle, stream and tensor holds this
+        // `Shared`, and it is being dropped. Errors cannot be reported from a drop.
         unsafe {
             lib.hipSetDevice(self.device);
-            lib.hipStreamSynchronize(self.stream.0);
             for m in self.modules.iter_mut().filter_map(|m| m.get_mut()).filter_map(|m| m.as_ref().ok()) {
                 lib.hipModuleUnload(m.0);
             }
-            lib.hipStreamDestroy(self.stream.0);
         }
+    }
+}
+
+/// The stream a handle enqueues on; one this crate created is destroyed with its last handle.
+struct Stream {
+    shared: Arc<Shared>,
+    raw: Raw<sys::hipStream_t>,
+    owned: bool,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let lib = self.shared.lib;
+        // SAFETY: the stream was created by `Stream::create` and only this value destroys it;
+        // every handle and tensor that enqueues on it holds this value. Errors cannot be
+        // reported from a drop.
+        unsafe {
+            lib.hipSetDevice(self.shared.device);
+            lib.hipStreamSynchronize(self.raw.0);
+            lib.hipStreamDestroy(self.raw.0);
+        }
+    }
+}
+
+impl Stream {
+    /// A new stream on the (current) device of `shared`.
+    fn create(shared: &Arc<Shared>) -> Result<Arc<Stream>> {
+        let (lib, device) = (shared.lib, shared.device);
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: `stream` is a valid out pointer; the caller made the device current.
+        check(lib, unsafe { lib.hipStreamCreate(&mut stream) }, || format!("creating a stream on device {device}"))?;
+        Ok(Arc::new(Stream { shared: shared.clone(), raw: Raw(stream), owned: true }))
     }
 }
 
 /// An AMD GPU to run kernels on: the device, a stream the ops enqueue on, and the kernels loaded
 /// for the device (each spec's module once, at first use). Cheap to clone (clones share the
-/// stream and the modules).
+/// stream and the modules); [`Hip::fork`] gives a handle on a new stream that shares the modules.
 #[derive(Clone)]
 pub struct Hip {
     shared: Arc<Shared>,
+    stream: Arc<Stream>,
 }
 
 impl std::fmt::Debug for Hip {
@@ -136,19 +169,40 @@ impl Hip {
             String::from_utf8_lossy(&bytes).into_owned()
         };
         let (arch, name) = (text(&prop.gcnArchName), text(&prop.name));
-        let mut stream = std::ptr::null_mut();
-        // SAFETY: `stream` is a valid out pointer; the device is current.
-        check(lib, unsafe { lib.hipStreamCreate(&mut stream) }, || format!("creating a stream on device {device}"))?;
-        let shared = Shared {
+        let shared = Arc::new(Shared {
             lib,
             device,
             arch,
             name,
-            stream: Raw(stream),
             modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
             functions: Mutex::new(HashMap::new()),
-        };
-        Ok(Hip { shared: Arc::new(shared) })
+        });
+        let stream = Stream::create(&shared)?;
+        Ok(Hip { shared, stream })
+    }
+
+    /// A handle on the same device with a new stream; the loaded kernels are shared. Work on the
+    /// two streams may overlap; order it with [`Hip::synchronize`].
+    pub fn fork(&self) -> Result<Hip> {
+        self.make_current()?;
+        Ok(Hip { shared: self.shared.clone(), stream: Stream::create(&self.shared)? })
+    }
+
+    /// A handle on the same device that enqueues on `stream`, a stream of other code (e.g. a
+    /// framework's current stream); the loaded kernels are shared, and the stream is not
+    /// destroyed by this crate.
+    ///
+    /// # Safety
+    /// `stream` must be a valid HIP stream of this handle's device, alive for as long as the
+    /// returned handle, its clones or any tensor made with them.
+    pub unsafe fn with_stream(&self, stream: *mut c_void) -> Hip {
+        let stream = Stream { shared: self.shared.clone(), raw: Raw(stream as sys::hipStream_t), owned: false };
+        Hip { shared: self.shared.clone(), stream: Arc::new(stream) }
+    }
+
+    /// The raw stream the handle enqueues on, for interoperation with other HIP code.
+    pub fn raw_stream(&self) -> *mut c_void {
+        self.stream.raw.0 as *mut c_void
     }
 
     /// The device's ordinal.
@@ -171,8 +225,8 @@ impl Hip {
     pub fn synchronize(&self) -> Result<()> {
         self.make_current()?;
         let lib = self.shared.lib;
-        // SAFETY: the stream lives as long as `self.shared`.
-        check(lib, unsafe { lib.hipStreamSynchronize(self.shared.stream.0) }, || "waiting for the stream".into())
+        // SAFETY: the stream lives as long as `self.stream`.
+        check(lib, unsafe { lib.hipStreamSynchronize(self.stream.raw.0) }, || "waiting for the stream".into())
     }
 
     /// A new contiguous tensor of zeros, e.g. the output of an `*_into` op.
@@ -194,6 +248,10 @@ impl Hip {
 
     fn same_device(&self, other: &Hip) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared) || self.shared.device == other.shared.device
+    }
+
+    fn same_stream(&self, other: &Hip) -> bool {
+        Arc::ptr_eq(&self.stream, &other.stream) || self.stream.raw.0 == other.stream.raw.0
     }
 
     /// The module of spec `spec_index`, loaded at first use from the code object built for the
