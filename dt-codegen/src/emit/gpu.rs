@@ -173,7 +173,7 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                 Stmt::Let { value, op } => {
                     let shape = k.value(*value).shape.clone();
                     let ops = match op {
-                        Op::Unary(..) | Op::MaskFill { .. } | Op::Binary(..) | Op::Select(..) => mma::operands(op),
+                        Op::Unary(..) | Op::MaskFill { .. } | Op::Binary(..) | Op::Select(..) => op.operands(),
                         // Reductions and dots read across threads: always published.
                         Op::Reduce { value: operand, dim, .. } => {
                             // Slot 1 receives the partial results of the threads (in registers)

@@ -213,7 +213,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
                     // Operands of another shape are broadcast through shared memory whatever the
                     // layouts; the ones of the same shape must all be in one mma layout.
                     let same: Vec<RegLayout> =
-                        operands(op).into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
+                        op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
                     common(&same)
                 }
                 _ => continue,
@@ -300,9 +300,6 @@ fn common(ls: &[RegLayout]) -> RegLayout {
     }
 }
 
-pub(super) fn operands(op: &Op) -> Vec<ValueId> {
-    op.operands()
-}
 
 fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {
     for s in stmts {
@@ -347,7 +344,7 @@ fn use_counts(k: &Kernel) -> Vec<usize> {
     fn walk(stmts: &[Stmt], n: &mut [usize]) {
         for s in stmts {
             match s {
-                Stmt::Let { op, .. } => operands(op).into_iter().for_each(|o| n[o.0 as usize] += 1),
+                Stmt::Let { op, .. } => op.operands().into_iter().for_each(|o| n[o.0 as usize] += 1),
                 Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
                 Stmt::Loop(l) => walk(&l.body, n),
                 Stmt::Init { .. } => {}
