@@ -24,6 +24,7 @@ const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/matmul_grouped.dt",
     "dt-codegen/tests/specs/swish.dt",
     "dt-codegen/tests/specs/matmul_mma.dt",
+    "dt-codegen/tests/specs/row_stats.dt",
 ];
 
 /// Random schedules per spec, besides its own.

@@ -147,7 +147,7 @@ impl Machine<'_> {
             Op::Scalar(s) => vec![self.args.scalars[*s]; n],
             Op::Len(d) => vec![self.size(*d) as f32; n],
             Op::Index(d) => (0..n).map(|l| (self.offset(*d) + l) as f32).collect(),
-            Op::Load { input, axes } => {
+            Op::Load { input, axes, fill } => {
                 let t = self.args.inputs[*input];
                 let st = strides(&t.shape);
                 // Per tile dimension: decoder, offset, size, and the input stride of its axis.
@@ -166,7 +166,7 @@ impl Machine<'_> {
                         for &(s, e, off, size, stride) in &dims {
                             let pos = off + (i / s) % e;
                             if pos >= size {
-                                return 0.0;
+                                return *fill;
                             }
                             flat += pos * stride;
                         }

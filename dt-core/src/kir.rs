@@ -75,10 +75,11 @@ pub enum Op {
     /// The size of a dimension.
     Len(DimId),
     /// Input number `input`, its axis `i` indexed along dimension `axes[i]`, read at the tile's
-    /// offsets; invalid lanes read 0.
+    /// offsets; invalid lanes read `fill` (0 as built, see `lower/masks.rs`).
     Load {
         input: usize,
         axes: Vec<DimId>,
+        fill: f32,
     },
     Unary(UnOp, ValueId),
     Binary(BinOp, ValueId, ValueId),
@@ -106,6 +107,19 @@ pub enum Op {
 }
 
 impl Op {
+    /// The operation with each operand `v` replaced by `f(v)`.
+    pub fn renamed(self, f: impl Fn(ValueId) -> ValueId) -> Op {
+        match self {
+            Op::Unary(u, a) => Op::Unary(u, f(a)),
+            Op::Binary(b, x, y) => Op::Binary(b, f(x), f(y)),
+            Op::Select(c, x, y) => Op::Select(f(c), f(x), f(y)),
+            Op::MaskFill { value, dim, fill } => Op::MaskFill { value: f(value), dim, fill },
+            Op::Reduce { op, value, dim } => Op::Reduce { op, value: f(value), dim },
+            Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
+            leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
+        }
+    }
+
     /// The values the operation reads.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
@@ -346,8 +360,9 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Scalar(i) => format!("scalar {}", k.scalars[*i]),
         Op::Index(d) => format!("index {}", k.dim_name(*d)),
         Op::Len(d) => format!("len {}", k.dim_name(*d)),
-        Op::Load { input, axes } => {
-            format!("load {}[{}] masked else 0", k.inputs[*input].name, axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", "))
+        Op::Load { input, axes, fill } => {
+            let axes = axes.iter().map(|d| k.dim_name(*d)).collect::<Vec<_>>().join(", ");
+            format!("load {}[{axes}] masked else {fill}", k.inputs[*input].name)
         }
         Op::Unary(u, a) => format!("{} {}", u.name(), v(a)),
         Op::Binary(b, x, y) => format!("{} {}, {}", b.name(), v(x), v(y)),

@@ -151,7 +151,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l14 = 0; l14 < 1; l14++) {
                                     for (long long l15 = 0; l15 < 64; l15++) {
                                         for (long long l16 = 0; l16 < 32; l16++) {
-                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f16(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -160,7 +160,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f16(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -265,7 +265,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 64; l65++) {
                                         for (long long l66 = 0; l66 < 32; l66++) {
-                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -274,7 +274,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
                                         for (long long l70 = 0; l70 < 32; l70++) {
-                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -401,7 +401,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 1; l124++) {
                                         for (long long l125 = 0; l125 < 64; l125++) {
                                             for (long long l126 = 0; l126 < 32; l126++) {
-                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -410,7 +410,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     for (long long l128 = 0; l128 < 1; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
                                             for (long long l130 = 0; l130 < 32; l130++) {
-                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -487,7 +487,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l162 = 0; l162 < 1; l162++) {
                                     for (long long l163 = 0; l163 < 128; l163++) {
                                         for (long long l164 = 0; l164 < 64; l164++) {
-                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -614,7 +614,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l14 = 0; l14 < 1; l14++) {
                                     for (long long l15 = 0; l15 < 64; l15++) {
                                         for (long long l16 = 0; l16 < 32; l16++) {
-                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_bf16(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -623,7 +623,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_bf16(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -728,7 +728,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 64; l65++) {
                                         for (long long l66 = 0; l66 < 32; l66++) {
-                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_bf16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_bf16(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -737,7 +737,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
                                         for (long long l70 = 0; l70 < 32; l70++) {
-                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_bf16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_bf16(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -864,7 +864,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 1; l124++) {
                                         for (long long l125 = 0; l125 < 64; l125++) {
                                             for (long long l126 = 0; l126 < 32; l126++) {
-                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_bf16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_bf16(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -873,7 +873,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     for (long long l128 = 0; l128 < 1; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
                                             for (long long l130 = 0; l130 < 32; l130++) {
-                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_bf16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_bf16(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -950,7 +950,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l162 = 0; l162 < 1; l162++) {
                                     for (long long l163 = 0; l163 < 128; l163++) {
                                         for (long long l164 = 0; l164 < 64; l164++) {
-                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_bf16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_bf16(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1077,7 +1077,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l14 = 0; l14 < 1; l14++) {
                                     for (long long l15 = 0; l15 < 64; l15++) {
                                         for (long long l16 = 0; l16 < 32; l16++) {
-                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 0)[l13 * 2048 + l14 * 2048 + l15 * 32 + l16] = (o1 + l13 < s0 && o2 + l14 < s1 && o3 + l15 < s2 && o12 + l16 < s5) ? dt_load_f32(in0[(o1 + l13) * args->input_strides[0][0] + (o2 + l14) * args->input_strides[0][1] + (o3 + l15) * args->input_strides[0][2] + (o12 + l16) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1086,7 +1086,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 2048)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o7 + l19 < s3 && o12 + l20 < s5) ? dt_load_f32(in1[(o1 + l17) * args->input_strides[1][0] + (o2 + l18) * args->input_strides[1][1] + (o7 + l19) * args->input_strides[1][2] + (o12 + l20) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1191,7 +1191,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 64; l65++) {
                                         for (long long l66 = 0; l66 < 32; l66++) {
-                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f32(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 20610)[l63 * 2048 + l64 * 2048 + l65 * 32 + l66] = (o1 + l63 < s0 && o2 + l64 < s1 && o3 + l65 < s2 && o62 + l66 < s5) ? dt_load_f32(in0[(o1 + l63) * args->input_strides[0][0] + (o2 + l64) * args->input_strides[0][1] + (o3 + l65) * args->input_strides[0][2] + (o62 + l66) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1200,7 +1200,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 64; l69++) {
                                         for (long long l70 = 0; l70 < 32; l70++) {
-                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f32(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 22658)[l67 * 2048 + l68 * 2048 + l69 * 32 + l70] = (o1 + l67 < s0 && o2 + l68 < s1 && o57 + l69 < s3 && o62 + l70 < s5) ? dt_load_f32(in1[(o1 + l67) * args->input_strides[1][0] + (o2 + l68) * args->input_strides[1][1] + (o57 + l69) * args->input_strides[1][2] + (o62 + l70) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1327,7 +1327,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     for (long long l124 = 0; l124 < 1; l124++) {
                                         for (long long l125 = 0; l125 < 64; l125++) {
                                             for (long long l126 = 0; l126 < 32; l126++) {
-                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f32(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 49476)[l123 * 2048 + l124 * 2048 + l125 * 32 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o3 + l125 < s2 && o122 + l126 < s5) ? dt_load_f32(in0[(o1 + l123) * args->input_strides[0][0] + (o2 + l124) * args->input_strides[0][1] + (o3 + l125) * args->input_strides[0][2] + (o122 + l126) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1336,7 +1336,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     for (long long l128 = 0; l128 < 1; l128++) {
                                         for (long long l129 = 0; l129 < 64; l129++) {
                                             for (long long l130 = 0; l130 < 32; l130++) {
-                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f32(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 51524)[l127 * 2048 + l128 * 2048 + l129 * 32 + l130] = (o1 + l127 < s0 && o2 + l128 < s1 && o117 + l129 < s3 && o122 + l130 < s5) ? dt_load_f32(in1[(o1 + l127) * args->input_strides[1][0] + (o2 + l128) * args->input_strides[1][1] + (o117 + l129) * args->input_strides[1][2] + (o122 + l130) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1413,7 +1413,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l162 = 0; l162 < 1; l162++) {
                                     for (long long l163 = 0; l163 < 128; l163++) {
                                         for (long long l164 = 0; l164 < 64; l164++) {
-                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f32(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 78214)[l161 * 8192 + l162 * 8192 + l163 * 64 + l164] = (o1 + l161 < s0 && o2 + l162 < s1 && o117 + l164 < s3 && o112 + l163 < s4) ? dt_load_f32(in2[(o1 + l161) * args->input_strides[2][0] + (o2 + l162) * args->input_strides[2][1] + (o117 + l164) * args->input_strides[2][2] + (o112 + l163) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1551,7 +1551,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1560,7 +1560,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l22 = 0; l22 < 1; l22++) {
                                     for (long long l23 = 0; l23 < 64; l23++) {
                                         for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1687,7 +1687,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 64; l77++) {
                                         for (long long l78 = 0; l78 < 32; l78++) {
-                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1696,7 +1696,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
                                         for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1845,7 +1845,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     for (long long l144 = 0; l144 < 1; l144++) {
                                         for (long long l145 = 0; l145 < 64; l145++) {
                                             for (long long l146 = 0; l146 < 32; l146++) {
-                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1854,7 +1854,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     for (long long l148 = 0; l148 < 1; l148++) {
                                         for (long long l149 = 0; l149 < 64; l149++) {
                                             for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -1942,7 +1942,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l186 = 0; l186 < 1; l186++) {
                                     for (long long l187 = 0; l187 < 128; l187++) {
                                         for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2080,7 +2080,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2089,7 +2089,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l22 = 0; l22 < 1; l22++) {
                                     for (long long l23 = 0; l23 < 64; l23++) {
                                         for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_bf16(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2216,7 +2216,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 64; l77++) {
                                         for (long long l78 = 0; l78 < 32; l78++) {
-                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_bf16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_bf16(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2225,7 +2225,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
                                         for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_bf16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_bf16(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2374,7 +2374,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     for (long long l144 = 0; l144 < 1; l144++) {
                                         for (long long l145 = 0; l145 < 64; l145++) {
                                             for (long long l146 = 0; l146 < 32; l146++) {
-                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_bf16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_bf16(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -2383,7 +2383,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     for (long long l148 = 0; l148 < 1; l148++) {
                                         for (long long l149 = 0; l149 < 64; l149++) {
                                             for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_bf16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_bf16(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -2471,7 +2471,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l186 = 0; l186 < 1; l186++) {
                                     for (long long l187 = 0; l187 < 128; l187++) {
                                         for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_bf16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_bf16(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2609,7 +2609,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l18 = 0; l18 < 1; l18++) {
                                     for (long long l19 = 0; l19 < 64; l19++) {
                                         for (long long l20 = 0; l20 < 32; l20++) {
-                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 4224)[l17 * 2048 + l18 * 2048 + l19 * 32 + l20] = (o1 + l17 < s0 && o2 + l18 < s1 && o3 + l19 < s2 && o16 + l20 < s5) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o2 + l18) * args->input_strides[0][1] + (o3 + l19) * args->input_strides[0][2] + (o16 + l20) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2618,7 +2618,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l22 = 0; l22 < 1; l22++) {
                                     for (long long l23 = 0; l23 < 64; l23++) {
                                         for (long long l24 = 0; l24 < 32; l24++) {
-                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 6272)[l21 * 2048 + l22 * 2048 + l23 * 32 + l24] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o16 + l24 < s5) ? dt_load_f32(in1[(o1 + l21) * args->input_strides[1][0] + (o2 + l22) * args->input_strides[1][1] + (o7 + l23) * args->input_strides[1][2] + (o16 + l24) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2745,7 +2745,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 64; l77++) {
                                         for (long long l78 = 0; l78 < 32; l78++) {
-                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f32(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0.0f;
+                                            (arena + 33156)[l75 * 2048 + l76 * 2048 + l77 * 32 + l78] = (o1 + l75 < s0 && o2 + l76 < s1 && o3 + l77 < s2 && o74 + l78 < s5) ? dt_load_f32(in0[(o1 + l75) * args->input_strides[0][0] + (o2 + l76) * args->input_strides[0][1] + (o3 + l77) * args->input_strides[0][2] + (o74 + l78) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2754,7 +2754,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 64; l81++) {
                                         for (long long l82 = 0; l82 < 32; l82++) {
-                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f32(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0.0f;
+                                            (arena + 35204)[l79 * 2048 + l80 * 2048 + l81 * 32 + l82] = (o1 + l79 < s0 && o2 + l80 < s1 && o65 + l81 < s3 && o74 + l82 < s5) ? dt_load_f32(in1[(o1 + l79) * args->input_strides[1][0] + (o2 + l80) * args->input_strides[1][1] + (o65 + l81) * args->input_strides[1][2] + (o74 + l82) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2903,7 +2903,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     for (long long l144 = 0; l144 < 1; l144++) {
                                         for (long long l145 = 0; l145 < 64; l145++) {
                                             for (long long l146 = 0; l146 < 32; l146++) {
-                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f32(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0.0f;
+                                                (arena + 70344)[l143 * 2048 + l144 * 2048 + l145 * 32 + l146] = (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o142 + l146 < s5) ? dt_load_f32(in0[(o1 + l143) * args->input_strides[0][0] + (o2 + l144) * args->input_strides[0][1] + (o3 + l145) * args->input_strides[0][2] + (o142 + l146) * args->input_strides[0][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -2912,7 +2912,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     for (long long l148 = 0; l148 < 1; l148++) {
                                         for (long long l149 = 0; l149 < 64; l149++) {
                                             for (long long l150 = 0; l150 < 32; l150++) {
-                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f32(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0.0f;
+                                                (arena + 72392)[l147 * 2048 + l148 * 2048 + l149 * 32 + l150] = (o1 + l147 < s0 && o2 + l148 < s1 && o133 + l149 < s3 && o142 + l150 < s5) ? dt_load_f32(in1[(o1 + l147) * args->input_strides[1][0] + (o2 + l148) * args->input_strides[1][1] + (o133 + l149) * args->input_strides[1][2] + (o142 + l150) * args->input_strides[1][3]]) : 0e0f;
                                             }
                                         }
                                     }
@@ -3000,7 +3000,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l186 = 0; l186 < 1; l186++) {
                                     for (long long l187 = 0; l187 < 128; l187++) {
                                         for (long long l188 = 0; l188 < 64; l188++) {
-                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f32(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0.0f;
+                                            (arena + 103180)[l185 * 8192 + l186 * 8192 + l187 * 64 + l188] = (o1 + l185 < s0 && o2 + l186 < s1 && o133 + l188 < s3 && o128 + l187 < s4) ? dt_load_f32(in2[(o1 + l185) * args->input_strides[2][0] + (o2 + l186) * args->input_strides[2][1] + (o133 + l188) * args->input_strides[2][2] + (o128 + l187) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }

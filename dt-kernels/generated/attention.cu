@@ -276,12 +276,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                     const int l15 = (int)((unsigned)e / 256u % 1u);
                                     const int l16 = (int)((unsigned)e / 4u % 64u);
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
+                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = (o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + q) < s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -298,12 +298,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                     const int l20 = (int)((unsigned)e / 256u % 1u);
                                     const int l21 = (int)((unsigned)e / 4u % 64u);
                                     const int l22 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
+                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = (o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + q) < s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -337,35 +337,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         v3[r] = acc1[r];
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                        v6[r] = (v3[r] * v5[0]);
                     }
                     float v7[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v7[r] = (o7 + l34 < s3) ? v6[r] : (-INFINITY);
+                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -450,12 +442,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                     const int l62 = (int)((unsigned)e / 256u % 1u);
                                     const int l63 = (int)((unsigned)e / 4u % 64u);
                                     const int l64 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec60 && o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + 7) < s5) {
+                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = (o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + q) < s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -472,12 +464,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                     const int l67 = (int)((unsigned)e / 256u % 1u);
                                     const int l68 = (int)((unsigned)e / 4u % 64u);
                                     const int l69 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec65 && o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + 7) < s5) {
+                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = (o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + q) < s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -511,29 +503,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         v13[r] = acc4[r];
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                        v16[r] = (v13[r] * v15[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -556,7 +540,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = (o54 + l89 < s3) ? v19[r] : 0e0f;
+                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
@@ -643,12 +627,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                         const int l119 = (int)((unsigned)e / 256u % 1u);
                                         const int l120 = (int)((unsigned)e / 4u % 64u);
                                         const int l121 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec117 && o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + 7) < s5) {
+                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = (o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + q) < s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -665,12 +649,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                         const int l124 = (int)((unsigned)e / 256u % 1u);
                                         const int l125 = (int)((unsigned)e / 4u % 64u);
                                         const int l126 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec122 && o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + 7) < s5) {
+                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = (o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + q) < s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -704,29 +688,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             v26[r] = acc7[r];
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                            v29[r] = (v26[r] * v28[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -749,7 +725,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = (o111 + l146 < s3) ? v32[r] : 0e0f;
+                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
@@ -760,7 +736,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                                 const int l148 = (int)((unsigned)e / 8192u % 1u);
                                 const int l149 = (int)((unsigned)e / 64u % 128u);
                                 const int l150 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l147 < s0 && o2 + l148 < s1 && o111 + l150 < s3 && o106 + l149 < s4) ? dt_load_f16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -831,17 +807,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         const int l174 = (int)((unsigned)e / 128u % 64u);
                         const int l175 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + l175 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -923,12 +899,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                     const int l15 = (int)((unsigned)e / 256u % 1u);
                                     const int l16 = (int)((unsigned)e / 4u % 64u);
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec13 && o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + 7) < s5) {
+                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = (o1 + l14 < s0 && o2 + l15 < s1 && o3 + l16 < s2 && o12 + (l17 * 8 + q) < s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -945,12 +921,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                     const int l20 = (int)((unsigned)e / 256u % 1u);
                                     const int l21 = (int)((unsigned)e / 4u % 64u);
                                     const int l22 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec18 && o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + 7) < s5) {
+                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = (o1 + l19 < s0 && o2 + l20 < s1 && o7 + l21 < s3 && o12 + (l22 * 8 + q) < s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -984,35 +960,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         v3[r] = acc1[r];
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                        v6[r] = (v3[r] * v5[0]);
                     }
                     float v7[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v7[r] = (o7 + l34 < s3) ? v6[r] : (-INFINITY);
+                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -1097,12 +1065,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                     const int l62 = (int)((unsigned)e / 256u % 1u);
                                     const int l63 = (int)((unsigned)e / 4u % 64u);
                                     const int l64 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec60 && o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + 7) < s5) {
+                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = (o1 + l61 < s0 && o2 + l62 < s1 && o3 + l63 < s2 && o59 + (l64 * 8 + q) < s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1119,12 +1087,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                     const int l67 = (int)((unsigned)e / 256u % 1u);
                                     const int l68 = (int)((unsigned)e / 4u % 64u);
                                     const int l69 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec65 && o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + 7) < s5) {
+                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = (o1 + l66 < s0 && o2 + l67 < s1 && o54 + l68 < s3 && o59 + (l69 * 8 + q) < s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1158,29 +1126,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         v13[r] = acc4[r];
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                        v16[r] = (v13[r] * v15[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -1203,7 +1163,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = (o54 + l89 < s3) ? v19[r] : 0e0f;
+                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
@@ -1290,12 +1250,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                         const int l119 = (int)((unsigned)e / 256u % 1u);
                                         const int l120 = (int)((unsigned)e / 4u % 64u);
                                         const int l121 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec117 && o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + 7) < s5) {
+                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = (o1 + l118 < s0 && o2 + l119 < s1 && o3 + l120 < s2 && o116 + (l121 * 8 + q) < s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1312,12 +1272,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                         const int l124 = (int)((unsigned)e / 256u % 1u);
                                         const int l125 = (int)((unsigned)e / 4u % 64u);
                                         const int l126 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec122 && o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + 7) < s5) {
+                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = (o1 + l123 < s0 && o2 + l124 < s1 && o111 + l125 < s3 && o116 + (l126 * 8 + q) < s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1351,29 +1311,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             v26[r] = acc7[r];
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                            v29[r] = (v26[r] * v28[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -1396,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = (o111 + l146 < s3) ? v32[r] : 0e0f;
+                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
@@ -1407,7 +1359,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                                 const int l148 = (int)((unsigned)e / 8192u % 1u);
                                 const int l149 = (int)((unsigned)e / 64u % 128u);
                                 const int l150 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l147 < s0 && o2 + l148 < s1 && o111 + l150 < s3 && o106 + l149 < s4) ? dt_load_bf16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1478,17 +1430,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         const int l174 = (int)((unsigned)e / 128u % 64u);
                         const int l175 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + l175 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if (o1 + l172 < s0 && o2 + l173 < s1 && o3 + l174 < s2 && o106 + (l175 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1568,17 +1520,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             const int l17 = (int)((unsigned)e / 32u % 64u);
                             const int l18 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + l18 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 1] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 2] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 3] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + l18) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[16];
@@ -1590,17 +1542,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o12 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1642,31 +1594,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                            v6[r] = (v3[r] * v5[0]);
                         }
                     }
                     float v7[32];
@@ -1675,7 +1619,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l45 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = (o7 + l45 < s3) ? v6[r] : (-INFINITY);
+                            v7[r] = ((unsigned)(o7 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -1752,17 +1696,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             const int l71 = (int)((unsigned)e / 32u % 64u);
                             const int l72 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o66 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + l72) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[16];
@@ -1774,17 +1718,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             const int l77 = (int)((unsigned)e / 32u % 64u);
                             const int l78 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l75) * args.input_strides[1][0] + (o2 + l76) * args.input_strides[1][1] + (o61 + l77) * args.input_strides[1][2] + (o66 + l78) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + l78 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 1] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 2] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 3] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 0] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + l78) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1826,31 +1770,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                            v16[r] = (v13[r] * v15[0]);
                         }
                     }
                     __syncthreads();
@@ -1882,7 +1818,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l107 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = (o61 + l107 < s3) ? v19[r] : 0e0f;
+                            v20[r] = ((unsigned)(o61 + l107) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -1961,17 +1897,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                                 const int l135 = (int)((unsigned)e / 32u % 64u);
                                 const int l136 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o130 + l136) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + l136 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 1] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 2] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 3] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + l136) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[16];
@@ -1983,17 +1919,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                                 const int l141 = (int)((unsigned)e / 32u % 64u);
                                 const int l142 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l139) * args.input_strides[1][0] + (o2 + l140) * args.input_strides[1][1] + (o125 + l141) * args.input_strides[1][2] + (o130 + l142) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + l142 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 1] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 2] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 3] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + l142) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -2035,31 +1971,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             }
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                                v29[r] = (v26[r] * v28[0]);
                             }
                         }
                         __syncthreads();
@@ -2091,7 +2019,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
                                 const int l171 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (o125 + l171 < s3) ? v32[r] : 0e0f;
+                                v33[r] = ((unsigned)(o125 + l171) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -2103,7 +2031,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                                 const int l173 = (int)((unsigned)e / 8192u % 1u);
                                 const int l174 = (int)((unsigned)e / 64u % 128u);
                                 const int l175 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l172 < s0 && o2 + l173 < s1 && o125 + l175 < s3 && o120 + l174 < s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o125 + l175) < (unsigned)s3 && (unsigned)(o120 + l174) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2167,13 +2095,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         const int l195 = (int)((unsigned)e / 128u % 64u);
                         const int l196 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o120 + l196) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + l196) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2291,12 +2219,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = (o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + q) < s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2313,12 +2241,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = (o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + q) < s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2352,66 +2280,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         v6[r] = acc1[r];
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                        v9[r] = (v6[r] * v8[0]);
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
                     __syncthreads();
                     float v12[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v13[r] = (o7 + l42 < s3) ? v12[r] : (-INFINITY);
+                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -2532,12 +2444,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                     const int l74 = (int)((unsigned)e / 256u % 1u);
                                     const int l75 = (int)((unsigned)e / 4u % 64u);
                                     const int l76 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec72 && o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + 7) < s5) {
+                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = (o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + q) < s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2554,12 +2466,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                     const int l79 = (int)((unsigned)e / 256u % 1u);
                                     const int l80 = (int)((unsigned)e / 4u % 64u);
                                     const int l81 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec77 && o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + 7) < s5) {
+                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = (o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + q) < s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2593,60 +2505,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         v22[r] = acc4[r];
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                        v25[r] = (v22[r] * v24[0]);
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
                     __syncthreads();
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -2669,7 +2565,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = (o62 + l105 < s3) ? v31[r] : 0e0f;
+                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
@@ -2792,12 +2688,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                         const int l139 = (int)((unsigned)e / 256u % 1u);
                                         const int l140 = (int)((unsigned)e / 4u % 64u);
                                         const int l141 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + 7) < s5) {
+                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + q) < s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2814,12 +2710,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                         const int l144 = (int)((unsigned)e / 256u % 1u);
                                         const int l145 = (int)((unsigned)e / 4u % 64u);
                                         const int l146 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec142 && o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + 7) < s5) {
+                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = (o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + q) < s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2853,60 +2749,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             v41[r] = acc7[r];
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                            v44[r] = (v41[r] * v43[0]);
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
                         __syncthreads();
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                             const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -2929,7 +2809,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = (o127 + l170 < s3) ? v50[r] : 0e0f;
+                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
@@ -2940,7 +2820,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l171 < s0 && o2 + l172 < s1 && o127 + l174 < s3 && o122 + l173 < s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3011,17 +2891,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + l199 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3139,12 +3019,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                     const int l19 = (int)((unsigned)e / 256u % 1u);
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + 7) < s5) {
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = (o1 + l18 < s0 && o2 + l19 < s1 && o3 + l20 < s2 && o16 + (l21 * 8 + q) < s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3161,12 +3041,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                     const int l24 = (int)((unsigned)e / 256u % 1u);
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + 7) < s5) {
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = (o1 + l23 < s0 && o2 + l24 < s1 && o7 + l25 < s3 && o16 + (l26 * 8 + q) < s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3200,66 +3080,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         v6[r] = acc1[r];
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                        v9[r] = (v6[r] * v8[0]);
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
                     __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v11[r]; }
                     __syncthreads();
                     float v12[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : (dt_smem + 4096)[0];
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v13[r] = (o7 + l42 < s3) ? v12[r] : (-INFINITY);
+                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3380,12 +3244,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                     const int l74 = (int)((unsigned)e / 256u % 1u);
                                     const int l75 = (int)((unsigned)e / 4u % 64u);
                                     const int l76 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec72 && o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + 7) < s5) {
+                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = (o1 + l73 < s0 && o2 + l74 < s1 && o3 + l75 < s2 && o71 + (l76 * 8 + q) < s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3402,12 +3266,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                     const int l79 = (int)((unsigned)e / 256u % 1u);
                                     const int l80 = (int)((unsigned)e / 4u % 64u);
                                     const int l81 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec77 && o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + 7) < s5) {
+                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = (o1 + l78 < s0 && o2 + l79 < s1 && o62 + l80 < s3 && o71 + (l81 * 8 + q) < s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3441,60 +3305,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         v22[r] = acc4[r];
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                        v25[r] = (v22[r] * v24[0]);
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
                     __syncthreads();
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
-                    __syncthreads();
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v27[r]; }
                     __syncthreads();
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                         const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : (dt_smem + 4096)[0];
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3517,7 +3365,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = (o62 + l105 < s3) ? v31[r] : 0e0f;
+                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3640,12 +3488,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                         const int l139 = (int)((unsigned)e / 256u % 1u);
                                         const int l140 = (int)((unsigned)e / 4u % 64u);
                                         const int l141 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec137 && o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + 7) < s5) {
+                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = (o1 + l138 < s0 && o2 + l139 < s1 && o3 + l140 < s2 && o136 + (l141 * 8 + q) < s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3662,12 +3510,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                         const int l144 = (int)((unsigned)e / 256u % 1u);
                                         const int l145 = (int)((unsigned)e / 4u % 64u);
                                         const int l146 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec142 && o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + 7) < s5) {
+                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
                                             dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = (o1 + l143 < s0 && o2 + l144 < s1 && o127 + l145 < s3 && o136 + (l146 * 8 + q) < s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3701,60 +3549,44 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             v41[r] = acc7[r];
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                            v44[r] = (v41[r] * v43[0]);
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
                         __syncthreads();
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 128 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 4096)[e] = v46[r]; }
                         __syncthreads();
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                             const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : (dt_smem + 4096)[0];
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -3777,7 +3609,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = (o127 + l170 < s3) ? v50[r] : 0e0f;
+                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
@@ -3788,7 +3620,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l171 < s0 && o2 + l172 < s1 && o127 + l174 < s3 && o122 + l173 < s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3859,17 +3691,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + l199 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if (o1 + l196 < s0 && o2 + l197 < s1 && o3 + l198 < s2 && o122 + (l199 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3985,17 +3817,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             const int l21 = (int)((unsigned)e / 32u % 64u);
                             const int l22 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + l22 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[16];
@@ -4007,17 +3839,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + l28 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 1] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 2] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 3] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4059,59 +3891,43 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
-                    __syncthreads();
                     float v12[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                     }
                     float v13[32];
@@ -4120,7 +3936,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = (o7 + l53 < s3) ? v12[r] : (-INFINITY);
+                            v13[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -4233,17 +4049,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             const int l83 = (int)((unsigned)e / 32u % 64u);
                             const int l84 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o78 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + l84) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[16];
@@ -4255,17 +4071,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             const int l89 = (int)((unsigned)e / 32u % 64u);
                             const int l90 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o78 + l90) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + l90 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 1] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 2] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 3] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 0] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + l90) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4307,59 +4123,43 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                            v25[r] = (v22[r] * v24[0]);
                         }
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
-                    __syncthreads();
                     float v28[32];
                     #pragma unroll 1
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
+                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
                         }
                     }
                     __syncthreads();
@@ -4391,7 +4191,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = (o69 + l123 < s3) ? v31[r] : 0e0f;
+                            v32[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -4506,17 +4306,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                                 const int l155 = (int)((unsigned)e / 32u % 64u);
                                 const int l156 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o150 + l156) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + l156 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + l156) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[16];
@@ -4528,17 +4328,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                                 const int l161 = (int)((unsigned)e / 32u % 64u);
                                 const int l162 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o150 + l162) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + l162 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 1] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 2] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 3] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + l162) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -4580,59 +4380,43 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             }
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                                v44[r] = (v41[r] * v43[0]);
                             }
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v47[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
+                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
                             }
                         }
                         __syncthreads();
@@ -4664,7 +4448,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
                                 const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = (o141 + l195 < s3) ? v50[r] : 0e0f;
+                                v51[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -4676,7 +4460,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                                 const int l197 = (int)((unsigned)e / 8192u % 1u);
                                 const int l198 = (int)((unsigned)e / 64u % 128u);
                                 const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4740,13 +4524,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         const int l219 = (int)((unsigned)e / 128u % 64u);
                         const int l220 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

@@ -276,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             const int l17 = (int)((unsigned)e / 32u % 64u);
                             const int l18 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            f14[c] = args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f14[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -298,14 +298,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v0[c * 8 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + l22 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + l22) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
@@ -319,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
-                            f24[c] = args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o12 + (l28 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f24[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o12 + (l28 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -341,14 +341,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v1[c * 8 + 0] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + l32 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + l32) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -390,31 +390,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                            v6[r] = (v3[r] * v5[0]);
                         }
                     }
                     float v7[16];
@@ -423,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = (o7 + l53 < s3) ? v6[r] : (-INFINITY);
+                            v7[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -502,7 +494,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             const int l79 = (int)((unsigned)e / 32u % 64u);
                             const int l80 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
-                            f76[c] = args.input_strides[0][3] == 1 && o1 + l77 < s0 && o2 + l78 < s1 && o3 + l79 < s2 && o74 + (l80 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f76[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o74 + (l80 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -524,14 +516,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v10[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v10[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v10[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + l84 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + l84) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 4] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 5] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 6] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 7] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
@@ -545,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             const int l89 = (int)((unsigned)e / 32u % 64u);
                             const int l90 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
-                            f86[c] = args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o74 + (l90 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f86[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o74 + (l90 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -567,14 +559,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v11[c * 8 + 0] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + l94 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + l94) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 4] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 5] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 6] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 7] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -616,31 +608,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                            v16[r] = (v13[r] * v15[0]);
                         }
                     }
                     __syncthreads();
@@ -672,7 +656,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = (o69 + l123 < s3) ? v19[r] : 0e0f;
+                            v20[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -753,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 const int l151 = (int)((unsigned)e / 32u % 64u);
                                 const int l152 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
-                                f148[c] = args.input_strides[0][3] == 1 && o1 + l149 < s0 && o2 + l150 < s1 && o3 + l151 < s2 && o146 + (l152 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                f148[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o2 + l150) < (unsigned)s1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o146 + (l152 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                                 if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
                             }
                             #pragma unroll
@@ -775,14 +759,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v23[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v23[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v23[c * 8 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + l156 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + l156) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 4] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 5] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 6] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 7] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
@@ -796,7 +780,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 const int l161 = (int)((unsigned)e / 32u % 64u);
                                 const int l162 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
-                                f158[c] = args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o146 + (l162 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                f158[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o146 + (l162 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                                 if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
                             }
                             #pragma unroll
@@ -818,14 +802,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     v24[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v24[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v24[c * 8 + 0] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + l166 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + l166) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 4] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 5] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 6] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 7] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -867,31 +851,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             }
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                                v29[r] = (v26[r] * v28[0]);
                             }
                         }
                         __syncthreads();
@@ -923,7 +899,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
                                 const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (o141 + l195 < s3) ? v32[r] : 0e0f;
+                                v33[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -935,7 +911,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 const int l197 = (int)((unsigned)e / 8192u % 1u);
                                 const int l198 = (int)((unsigned)e / 64u % 128u);
                                 const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -999,17 +975,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int l219 = (int)((unsigned)e / 128u % 64u);
                         const int l220 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v38[c * 8 + 0]) | ((unsigned)dt_store_f16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 2]) | ((unsigned)dt_store_f16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 4]) | ((unsigned)dt_store_f16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v38[c * 8 + 6]) | ((unsigned)dt_store_f16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1091,7 +1067,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             const int l17 = (int)((unsigned)e / 32u % 64u);
                             const int l18 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            f14[c] = args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f14[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -1113,14 +1089,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v0[c * 8 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + l22 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 4] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 5] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 6] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 8 + 7] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o12 + (l22 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + l22) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
@@ -1134,7 +1110,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
-                            f24[c] = args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o12 + (l28 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f24[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o12 + (l28 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -1156,14 +1132,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v1[c * 8 + 0] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + l32 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 1] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 2] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 3] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 4] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 5] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 6] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 8 + 7] = (o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o12 + (l32 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + l32) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1205,31 +1181,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                            v6[r] = (v3[r] * v5[0]);
                         }
                     }
                     float v7[16];
@@ -1238,7 +1206,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = (o7 + l53 < s3) ? v6[r] : (-INFINITY);
+                            v7[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -1317,7 +1285,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             const int l79 = (int)((unsigned)e / 32u % 64u);
                             const int l80 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
-                            f76[c] = args.input_strides[0][3] == 1 && o1 + l77 < s0 && o2 + l78 < s1 && o3 + l79 < s2 && o74 + (l80 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f76[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o74 + (l80 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -1339,14 +1307,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v10[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v10[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v10[c * 8 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + l84 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 4] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 5] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 6] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 8 + 7] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o74 + (l84 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 8 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + l84) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 4] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 5] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 6] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 8 + 7] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
@@ -1360,7 +1328,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             const int l89 = (int)((unsigned)e / 32u % 64u);
                             const int l90 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
-                            f86[c] = args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o74 + (l90 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f86[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o74 + (l90 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -1382,14 +1350,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v11[c * 8 + 0] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + l94 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 1] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 2] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 3] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 4] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 5] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 6] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 8 + 7] = (o1 + l91 < s0 && o2 + l92 < s1 && o69 + l93 < s3 && o74 + (l94 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 8 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + l94) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 4] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 5] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 6] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 8 + 7] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1431,31 +1399,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                            v16[r] = (v13[r] * v15[0]);
                         }
                     }
                     __syncthreads();
@@ -1487,7 +1447,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = (o69 + l123 < s3) ? v19[r] : 0e0f;
+                            v20[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -1568,7 +1528,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 const int l151 = (int)((unsigned)e / 32u % 64u);
                                 const int l152 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
-                                f148[c] = args.input_strides[0][3] == 1 && o1 + l149 < s0 && o2 + l150 < s1 && o3 + l151 < s2 && o146 + (l152 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                f148[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o2 + l150) < (unsigned)s1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o146 + (l152 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                                 if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
                             }
                             #pragma unroll
@@ -1590,14 +1550,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v23[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v23[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v23[c * 8 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + l156 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 4] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 5] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 6] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 8 + 7] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o146 + (l156 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 8 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + l156) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 4] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 5] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 6] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 8 + 7] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
@@ -1611,7 +1571,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 const int l161 = (int)((unsigned)e / 32u % 64u);
                                 const int l162 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
-                                f158[c] = args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o146 + (l162 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                f158[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o146 + (l162 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                                 if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
                             }
                             #pragma unroll
@@ -1633,14 +1593,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     v24[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v24[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v24[c * 8 + 0] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + l166 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 1] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 2] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 3] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 4] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 5] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 6] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 8 + 7] = (o1 + l163 < s0 && o2 + l164 < s1 && o141 + l165 < s3 && o146 + (l166 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 8 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + l166) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 4] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 5] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 6] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 8 + 7] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -1682,31 +1642,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             }
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                                v29[r] = (v26[r] * v28[0]);
                             }
                         }
                         __syncthreads();
@@ -1738,7 +1690,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
                                 const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (o141 + l195 < s3) ? v32[r] : 0e0f;
+                                v33[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -1750,7 +1702,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 const int l197 = (int)((unsigned)e / 8192u % 1u);
                                 const int l198 = (int)((unsigned)e / 64u % 128u);
                                 const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_bf16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1814,17 +1766,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int l219 = (int)((unsigned)e / 128u % 64u);
                         const int l220 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v38[c * 8 + 0]) | ((unsigned)dt_store_bf16(v38[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 2]) | ((unsigned)dt_store_bf16(v38[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 4]) | ((unsigned)dt_store_bf16(v38[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v38[c * 8 + 6]) | ((unsigned)dt_store_bf16(v38[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1904,17 +1856,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l17 = (int)((unsigned)e / 32u % 64u);
                             const int l18 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + l18 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 1] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 2] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v0[c * 4 + 3] = (o1 + l15 < s0 && o2 + l16 < s1 && o3 + l17 < s2 && o12 + (l18 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v0[c * 4 + 0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + l18) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
@@ -1926,17 +1878,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l23 = (int)((unsigned)e / 32u % 64u);
                             const int l24 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o12 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + l24 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 1] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 2] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v1[c * 4 + 3] = (o1 + l21 < s0 && o2 + l22 < s1 && o7 + l23 < s3 && o12 + (l24 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v1[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1978,31 +1930,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     float v4[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v4[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v4[r] = (float)s5;
                     }
                     float v5[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v5[r] = dt_rsqrt(v4[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v5[r] = dt_rsqrt(v4[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-                    __syncthreads();
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v6[r] = (v3[r] * (dt_smem + 0)[0]);
+                            v6[r] = (v3[r] * v5[0]);
                         }
                     }
                     float v7[16];
@@ -2011,7 +1955,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l45 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = (o7 + l45 < s3) ? v6[r] : (-INFINITY);
+                            v7[r] = ((unsigned)(o7 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -2088,17 +2032,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l71 = (int)((unsigned)e / 32u % 64u);
                             const int l72 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o66 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + l72 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 1] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 2] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v10[c * 4 + 3] = (o1 + l69 < s0 && o2 + l70 < s1 && o3 + l71 < s2 && o66 + (l72 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v10[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + l72) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
@@ -2110,17 +2054,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l77 = (int)((unsigned)e / 32u % 64u);
                             const int l78 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l75) * args.input_strides[1][0] + (o2 + l76) * args.input_strides[1][1] + (o61 + l77) * args.input_strides[1][2] + (o66 + l78) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + l78 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 1] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 2] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v11[c * 4 + 3] = (o1 + l75 < s0 && o2 + l76 < s1 && o61 + l77 < s3 && o66 + (l78 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v11[c * 4 + 0] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + l78) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2162,31 +2106,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     float v14[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v14[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v14[r] = (float)s5;
                     }
                     float v15[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v15[r] = dt_rsqrt(v14[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v15[r] = dt_rsqrt(v14[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v15[r]; }
-                    __syncthreads();
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v16[r] = (v13[r] * (dt_smem + 0)[0]);
+                            v16[r] = (v13[r] * v15[0]);
                         }
                     }
                     __syncthreads();
@@ -2218,7 +2154,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l107 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = (o61 + l107 < s3) ? v19[r] : 0e0f;
+                            v20[r] = ((unsigned)(o61 + l107) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -2297,17 +2233,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l135 = (int)((unsigned)e / 32u % 64u);
                                 const int l136 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o130 + l136) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + l136 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 1] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 2] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v23[c * 4 + 3] = (o1 + l133 < s0 && o2 + l134 < s1 && o3 + l135 < s2 && o130 + (l136 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + l136) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
@@ -2319,17 +2255,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l141 = (int)((unsigned)e / 32u % 64u);
                                 const int l142 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l139) * args.input_strides[1][0] + (o2 + l140) * args.input_strides[1][1] + (o125 + l141) * args.input_strides[1][2] + (o130 + l142) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + l142 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 1] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 2] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v24[c * 4 + 3] = (o1 + l139 < s0 && o2 + l140 < s1 && o125 + l141 < s3 && o130 + (l142 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + l142) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -2371,31 +2307,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             }
                         }
                         float v27[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v27[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v27[r] = (float)s5;
                         }
                         float v28[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v28[r] = dt_rsqrt(v27[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v28[r] = dt_rsqrt(v27[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v28[r]; }
-                        __syncthreads();
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v29[r] = (v26[r] * (dt_smem + 0)[0]);
+                                v29[r] = (v26[r] * v28[0]);
                             }
                         }
                         __syncthreads();
@@ -2427,7 +2355,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
                                 const int l171 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (o125 + l171 < s3) ? v32[r] : 0e0f;
+                                v33[r] = ((unsigned)(o125 + l171) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -2439,7 +2367,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l173 = (int)((unsigned)e / 8192u % 1u);
                                 const int l174 = (int)((unsigned)e / 64u % 128u);
                                 const int l175 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = (o1 + l172 < s0 && o2 + l173 < s1 && o125 + l175 < s3 && o120 + l174 < s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0.0f;
+                                v34[r] = ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o125 + l175) < (unsigned)s3 && (unsigned)(o120 + l174) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2503,13 +2431,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int l195 = (int)((unsigned)e / 128u % 64u);
                         const int l196 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o120 + l196) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + l196 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if (o1 + l193 < s0 && o2 + l194 < s1 && o3 + l195 < s2 && o120 + (l196 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + l196) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2627,7 +2555,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             const int l21 = (int)((unsigned)e / 32u % 64u);
                             const int l22 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            f18[c] = args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f18[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -2649,14 +2577,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v3[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v3[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v3[c * 8 + 0] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + l26 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + l26) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 4] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 5] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 6] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 7] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
@@ -2670,7 +2598,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             const int l31 = (int)((unsigned)e / 32u % 64u);
                             const int l32 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
-                            f28[c] = args.input_strides[1][3] == 1 && o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o16 + (l32 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f28[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o16 + (l32 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -2692,14 +2620,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v4[c * 8 + 0] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + l36 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + l36) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 4] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 5] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 6] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 7] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2741,59 +2669,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
-                    __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                     }
                     float v13[16];
@@ -2802,7 +2714,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l61 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = (o7 + l61 < s3) ? v12[r] : (-INFINITY);
+                            v13[r] = ((unsigned)(o7 + l61) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -2917,7 +2829,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             const int l91 = (int)((unsigned)e / 32u % 64u);
                             const int l92 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
-                            f88[c] = args.input_strides[0][3] == 1 && o1 + l89 < s0 && o2 + l90 < s1 && o3 + l91 < s2 && o86 + (l92 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f88[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o86 + (l92 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -2939,14 +2851,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v19[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v19[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v19[c * 8 + 0] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + l96 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 0] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + l96) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 1] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 2] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 3] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 4] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 5] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 6] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 7] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
@@ -2960,7 +2872,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             const int l101 = (int)((unsigned)e / 32u % 64u);
                             const int l102 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
-                            f98[c] = args.input_strides[1][3] == 1 && o1 + l99 < s0 && o2 + l100 < s1 && o77 + l101 < s3 && o86 + (l102 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f98[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o2 + l100) < (unsigned)s1 && (unsigned)(o77 + l101) < (unsigned)s3 && (unsigned)(o86 + (l102 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -2982,14 +2894,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v20[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                 v20[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                             } else {
-                                v20[c * 8 + 0] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + l106 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + l106) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 4] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 5] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 6] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 7] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3031,59 +2943,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                            v25[r] = (v22[r] * v24[0]);
                         }
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
-                    __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
+                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
                         }
                     }
                     __syncthreads();
@@ -3115,7 +3011,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l139 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = (o77 + l139 < s3) ? v31[r] : 0e0f;
+                            v32[r] = ((unsigned)(o77 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -3232,7 +3128,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 const int l171 = (int)((unsigned)e / 32u % 64u);
                                 const int l172 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
-                                f168[c] = args.input_strides[0][3] == 1 && o1 + l169 < s0 && o2 + l170 < s1 && o3 + l171 < s2 && o166 + (l172 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                f168[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l169) < (unsigned)s0 && (unsigned)(o2 + l170) < (unsigned)s1 && (unsigned)(o3 + l171) < (unsigned)s2 && (unsigned)(o166 + (l172 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                                 if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
                             }
                             #pragma unroll
@@ -3254,14 +3150,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v38[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v38[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v38[c * 8 + 0] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + l176 < s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 1) < s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 2) < s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 3) < s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 4) < s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 5) < s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 6) < s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 7) < s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 0] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + l176) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 1] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 2] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 3] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 4] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 5] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 6] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 7] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
@@ -3275,7 +3171,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 const int l181 = (int)((unsigned)e / 32u % 64u);
                                 const int l182 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
-                                f178[c] = args.input_strides[1][3] == 1 && o1 + l179 < s0 && o2 + l180 < s1 && o157 + l181 < s3 && o166 + (l182 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                f178[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l179) < (unsigned)s0 && (unsigned)(o2 + l180) < (unsigned)s1 && (unsigned)(o157 + l181) < (unsigned)s3 && (unsigned)(o166 + (l182 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                                 if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
                             }
                             #pragma unroll
@@ -3297,14 +3193,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     v39[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                                     v39[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v39[c * 8 + 0] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + l186 < s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 1) < s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 2) < s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 3) < s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 4) < s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 5) < s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 6) < s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 7) < s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + l186) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 4] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 5] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 6] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 7] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -3346,59 +3242,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             }
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                                v44[r] = (v41[r] * v43[0]);
                             }
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
+                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
                             }
                         }
                         __syncthreads();
@@ -3430,7 +3310,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
                                 const int l219 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = (o157 + l219 < s3) ? v50[r] : 0e0f;
+                                v51[r] = ((unsigned)(o157 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -3442,7 +3322,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 const int l221 = (int)((unsigned)e / 8192u % 1u);
                                 const int l222 = (int)((unsigned)e / 64u % 128u);
                                 const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l220 < s0 && o2 + l221 < s1 && o157 + l223 < s3 && o152 + l222 < s4) ? dt_load_f16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o157 + l223) < (unsigned)s3 && (unsigned)(o152 + l222) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3506,17 +3386,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int l243 = (int)((unsigned)e / 128u % 64u);
                         const int l244 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v56[c * 8 + 0]) | ((unsigned)dt_store_f16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 2]) | ((unsigned)dt_store_f16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 4]) | ((unsigned)dt_store_f16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v56[c * 8 + 6]) | ((unsigned)dt_store_f16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + l244 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3634,7 +3514,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             const int l21 = (int)((unsigned)e / 32u % 64u);
                             const int l22 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            f18[c] = args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f18[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -3656,14 +3536,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v3[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v3[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v3[c * 8 + 0] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + l26 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 1] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 2] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 3] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 4] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 5] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 6] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 8 + 7] = (o1 + l23 < s0 && o2 + l24 < s1 && o3 + l25 < s2 && o16 + (l26 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 8 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + l26) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 4] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 5] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 6] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 8 + 7] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
@@ -3677,7 +3557,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             const int l31 = (int)((unsigned)e / 32u % 64u);
                             const int l32 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
-                            f28[c] = args.input_strides[1][3] == 1 && o1 + l29 < s0 && o2 + l30 < s1 && o7 + l31 < s3 && o16 + (l32 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f28[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o16 + (l32 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -3699,14 +3579,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v4[c * 8 + 0] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + l36 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 1] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 2] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 3] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 4] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 5] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 6] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 8 + 7] = (o1 + l33 < s0 && o2 + l34 < s1 && o7 + l35 < s3 && o16 + (l36 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 8 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + l36) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 4] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 5] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 6] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 8 + 7] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3748,59 +3628,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
-                    __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                     }
                     float v13[16];
@@ -3809,7 +3673,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l61 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = (o7 + l61 < s3) ? v12[r] : (-INFINITY);
+                            v13[r] = ((unsigned)(o7 + l61) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -3924,7 +3788,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             const int l91 = (int)((unsigned)e / 32u % 64u);
                             const int l92 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
-                            f88[c] = args.input_strides[0][3] == 1 && o1 + l89 < s0 && o2 + l90 < s1 && o3 + l91 < s2 && o86 + (l92 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                            f88[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o86 + (l92 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                             if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
                         }
                         #pragma unroll
@@ -3946,14 +3810,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v19[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v19[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v19[c * 8 + 0] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + l96 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 1] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 2] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 3] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 4] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 5] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 6] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 8 + 7] = (o1 + l93 < s0 && o2 + l94 < s1 && o3 + l95 < s2 && o86 + (l96 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 8 + 0] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + l96) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 1] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 2] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 3] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 4] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 5] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 6] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 8 + 7] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
@@ -3967,7 +3831,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             const int l101 = (int)((unsigned)e / 32u % 64u);
                             const int l102 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
-                            f98[c] = args.input_strides[1][3] == 1 && o1 + l99 < s0 && o2 + l100 < s1 && o77 + l101 < s3 && o86 + (l102 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                            f98[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o2 + l100) < (unsigned)s1 && (unsigned)(o77 + l101) < (unsigned)s3 && (unsigned)(o86 + (l102 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                             if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
                         }
                         #pragma unroll
@@ -3989,14 +3853,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v20[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                 v20[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                             } else {
-                                v20[c * 8 + 0] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + l106 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 1] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 2] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 3] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 4] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 5] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 6] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 8 + 7] = (o1 + l103 < s0 && o2 + l104 < s1 && o77 + l105 < s3 && o86 + (l106 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 8 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + l106) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 4] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 5] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 6] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 8 + 7] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4038,59 +3902,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                            v25[r] = (v22[r] * v24[0]);
                         }
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
-                    __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
+                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
                         }
                     }
                     __syncthreads();
@@ -4122,7 +3970,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
                             const int l139 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = (o77 + l139 < s3) ? v31[r] : 0e0f;
+                            v32[r] = ((unsigned)(o77 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -4239,7 +4087,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 const int l171 = (int)((unsigned)e / 32u % 64u);
                                 const int l172 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
-                                f168[c] = args.input_strides[0][3] == 1 && o1 + l169 < s0 && o2 + l170 < s1 && o3 + l171 < s2 && o166 + (l172 + 7) < s5 && ((unsigned long long)(in0 + a) & 15) == 0;
+                                f168[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l169) < (unsigned)s0 && (unsigned)(o2 + l170) < (unsigned)s1 && (unsigned)(o3 + l171) < (unsigned)s2 && (unsigned)(o166 + (l172 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
                                 if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
                             }
                             #pragma unroll
@@ -4261,14 +4109,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v38[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v38[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v38[c * 8 + 0] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + l176 < s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 1] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 1) < s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 2] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 2) < s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 3] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 3) < s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 4] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 4) < s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 5] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 5) < s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 6] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 6) < s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 8 + 7] = (o1 + l173 < s0 && o2 + l174 < s1 && o3 + l175 < s2 && o166 + (l176 + 7) < s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 8 + 0] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + l176) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 1] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 2] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 3] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 4] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 5] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 6] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 8 + 7] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
@@ -4282,7 +4130,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 const int l181 = (int)((unsigned)e / 32u % 64u);
                                 const int l182 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
-                                f178[c] = args.input_strides[1][3] == 1 && o1 + l179 < s0 && o2 + l180 < s1 && o157 + l181 < s3 && o166 + (l182 + 7) < s5 && ((unsigned long long)(in1 + a) & 15) == 0;
+                                f178[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l179) < (unsigned)s0 && (unsigned)(o2 + l180) < (unsigned)s1 && (unsigned)(o157 + l181) < (unsigned)s3 && (unsigned)(o166 + (l182 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
                                 if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
                             }
                             #pragma unroll
@@ -4304,14 +4152,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     v39[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                                     v39[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                                 } else {
-                                    v39[c * 8 + 0] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + l186 < s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 1] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 1) < s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 2] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 2) < s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 3] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 3) < s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 4] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 4) < s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 5] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 5) < s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 6] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 6) < s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 8 + 7] = (o1 + l183 < s0 && o2 + l184 < s1 && o157 + l185 < s3 && o166 + (l186 + 7) < s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 8 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + l186) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 4] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 5] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 6] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 8 + 7] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -4353,59 +4201,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             }
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                                v44[r] = (v41[r] * v43[0]);
                             }
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
+                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
                             }
                         }
                         __syncthreads();
@@ -4437,7 +4269,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
                                 const int l219 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = (o157 + l219 < s3) ? v50[r] : 0e0f;
+                                v51[r] = ((unsigned)(o157 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -4449,7 +4281,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 const int l221 = (int)((unsigned)e / 8192u % 1u);
                                 const int l222 = (int)((unsigned)e / 64u % 128u);
                                 const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l220 < s0 && o2 + l221 < s1 && o157 + l223 < s3 && o152 + l222 < s4) ? dt_load_bf16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o157 + l223) < (unsigned)s3 && (unsigned)(o152 + l222) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4513,17 +4345,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int l243 = (int)((unsigned)e / 128u % 64u);
                         const int l244 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v56[c * 8 + 0]) | ((unsigned)dt_store_bf16(v56[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 2]) | ((unsigned)dt_store_bf16(v56[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 4]) | ((unsigned)dt_store_bf16(v56[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v56[c * 8 + 6]) | ((unsigned)dt_store_bf16(v56[c * 8 + 7]) << 16));
                         } else {
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + l244 < s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 4) < s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 5) < s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 6) < s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if (o1 + l241 < s0 && o2 + l242 < s1 && o3 + l243 < s2 && o152 + (l244 + 7) < s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4639,17 +4471,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l21 = (int)((unsigned)e / 32u % 64u);
                             const int l22 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + l22 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 1] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 2] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v3[c * 4 + 3] = (o1 + l19 < s0 && o2 + l20 < s1 && o3 + l21 < s2 && o16 + (l22 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v3[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
@@ -4661,17 +4493,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + l28 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 1] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 2] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v4[c * 4 + 3] = (o1 + l25 < s0 && o2 + l26 < s1 && o7 + l27 < s3 && o16 + (l28 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v4[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4713,59 +4545,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     float v7[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v7[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v7[r] = (float)s5;
                     }
                     float v8[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v8[r] = dt_rsqrt(v7[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v8[r] = dt_rsqrt(v7[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-                    __syncthreads();
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v9[r] = (v6[r] * (dt_smem + 0)[0]);
+                            v9[r] = (v6[r] * v8[0]);
                         }
                     }
                     float v10[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v10[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v10[r] = INFINITY;
                     }
                     float v11[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v11[r] = (-v10[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v11[r] = (-v10[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v11[r]; }
-                    __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : (dt_smem + 0)[0];
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                     }
                     float v13[16];
@@ -4774,7 +4590,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = (o7 + l53 < s3) ? v12[r] : (-INFINITY);
+                            v13[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     __syncthreads();
@@ -4887,17 +4703,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l83 = (int)((unsigned)e / 32u % 64u);
                             const int l84 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o78 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + l84 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 1] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 2] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                v19[c * 4 + 3] = (o1 + l81 < s0 && o2 + l82 < s1 && o3 + l83 < s2 && o78 + (l84 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                v19[c * 4 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + l84) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
@@ -4909,17 +4725,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l89 = (int)((unsigned)e / 32u % 64u);
                             const int l90 = (int)((unsigned)e / 1u % 32u);
                             const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o78 + l90) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + l90 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 1] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 2] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                v20[c * 4 + 3] = (o1 + l87 < s0 && o2 + l88 < s1 && o69 + l89 < s3 && o78 + (l90 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                v20[c * 4 + 0] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + l90) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4961,59 +4777,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     float v23[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v23[r] = (float)s5;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v23[r] = (float)s5;
                     }
                     float v24[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v24[r] = dt_rsqrt(v23[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v24[r] = dt_rsqrt(v23[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-                    __syncthreads();
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v25[r] = (v22[r] * (dt_smem + 0)[0]);
+                            v25[r] = (v22[r] * v24[0]);
                         }
                     }
                     float v26[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v26[r] = INFINITY;
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v26[r] = INFINITY;
                     }
                     float v27[1];
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 256;
-                        if (e < 1) {
-                            v27[r] = (-v26[r]);
-                        }
+                    {
+                        const int r = 0, e = 0;
+                        (void)r; (void)e;
+                        v27[r] = (-v26[0]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v27[r]; }
-                    __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : (dt_smem + 0)[0];
+                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
                         }
                     }
                     __syncthreads();
@@ -5045,7 +4845,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
                             const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = (o69 + l123 < s3) ? v31[r] : 0e0f;
+                            v32[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
                     __syncthreads();
@@ -5160,17 +4960,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l155 = (int)((unsigned)e / 32u % 64u);
                                 const int l156 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o150 + l156) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + l156 < s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 1] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 1) < s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 2] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 2) < s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0.0f;
-                                    v38[c * 4 + 3] = (o1 + l153 < s0 && o2 + l154 < s1 && o3 + l155 < s2 && o150 + (l156 + 3) < s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0.0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + l156) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
@@ -5182,17 +4982,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l161 = (int)((unsigned)e / 32u % 64u);
                                 const int l162 = (int)((unsigned)e / 1u % 32u);
                                 const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o150 + l162) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + l162 < s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 1] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 1) < s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 2] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 2) < s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0.0f;
-                                    v39[c * 4 + 3] = (o1 + l159 < s0 && o2 + l160 < s1 && o141 + l161 < s3 && o150 + (l162 + 3) < s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0.0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + l162) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -5234,59 +5034,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             }
                         }
                         float v42[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v42[r] = (float)s5;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v42[r] = (float)s5;
                         }
                         float v43[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v43[r] = dt_rsqrt(v42[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v43[r] = dt_rsqrt(v42[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v43[r]; }
-                        __syncthreads();
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v44[r] = (v41[r] * (dt_smem + 0)[0]);
+                                v44[r] = (v41[r] * v43[0]);
                             }
                         }
                         float v45[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v45[r] = INFINITY;
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v45[r] = INFINITY;
                         }
                         float v46[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 256;
-                            if (e < 1) {
-                                v46[r] = (-v45[r]);
-                            }
+                        {
+                            const int r = 0, e = 0;
+                            (void)r; (void)e;
+                            v46[r] = (-v45[0]);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : (dt_smem + 0)[0];
+                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
                             }
                         }
                         __syncthreads();
@@ -5318,7 +5102,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
                                 const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = (o141 + l195 < s3) ? v50[r] : 0e0f;
+                                v51[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -5330,7 +5114,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l197 = (int)((unsigned)e / 8192u % 1u);
                                 const int l198 = (int)((unsigned)e / 64u % 128u);
                                 const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = (o1 + l196 < s0 && o2 + l197 < s1 && o141 + l199 < s3 && o136 + l198 < s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0.0f;
+                                v52[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -5394,13 +5178,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int l219 = (int)((unsigned)e / 128u % 64u);
                         const int l220 = (int)((unsigned)e / 1u % 128u);
                         const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + l220 < s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 1) < s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 2) < s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if (o1 + l217 < s0 && o2 + l218 < s1 && o3 + l219 < s2 && o136 + (l220 + 3) < s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

@@ -114,7 +114,7 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
-                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -128,7 +128,7 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 1024; l9++) {
-                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 1024; l11++) {
@@ -136,7 +136,7 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 1024; l14++) {
@@ -183,7 +183,7 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
-                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -197,7 +197,7 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 1024; l9++) {
-                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 1024; l11++) {
@@ -205,7 +205,7 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 1024; l14++) {
@@ -252,7 +252,7 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 1024; l4++) {
-                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -266,7 +266,7 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 1024; l9++) {
-                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 1024; l11++) {
@@ -274,7 +274,7 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 1024; l14++) {
@@ -321,7 +321,7 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -335,7 +335,7 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 2048; l11++) {
@@ -343,7 +343,7 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 2048; l14++) {
@@ -390,7 +390,7 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -404,7 +404,7 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 2048; l11++) {
@@ -412,7 +412,7 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 2048; l14++) {
@@ -459,7 +459,7 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
                     for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
@@ -473,7 +473,7 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0.0f;
+                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
                     for (long long l11 = 0; l11 < 2048; l11++) {
@@ -481,7 +481,7 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
                     }
                 }
                 for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0.0f;
+                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 2048; l14++) {

@@ -203,7 +203,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel dyt_1k for f16: grid block(x:1, y:1024); 64 threads, 16 bytes of shared memory */
+/* kernel dyt_1k for f16: grid block(x:1, y:1024); 64 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -230,12 +230,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 64;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             uint4 q3[2];
@@ -246,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -266,26 +264,22 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -304,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int e = (c * 64 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
@@ -323,14 +317,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -349,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int e = (c * 64 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
@@ -368,14 +362,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -392,24 +386,24 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 64 threads, 16 bytes of shared memory */
+/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 64 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -436,12 +430,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 64;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             uint4 q3[2];
@@ -452,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -472,26 +464,22 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -510,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int e = (c * 64 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
@@ -529,14 +517,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -555,7 +543,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int e = (c * 64 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
@@ -574,14 +562,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -598,24 +586,24 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt_1k for f32: grid block(x:1, y:1024); 64 threads, 16 bytes of shared memory */
+/* kernel dyt_1k for f32: grid block(x:1, y:1024); 64 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -642,12 +630,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
         /* block(y:1024) dyt_1k.tensorize(y:1024) */
         for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 64;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             #pragma unroll
@@ -656,29 +642,25 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = (o1 + l5 < s0 && o2 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 1] = (o1 + l5 < s0 && o2 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 2] = (o1 + l5 < s0 && o2 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 3] = (o1 + l5 < s0 && o2 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -695,17 +677,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int e = (c * 64 + tid) * 4;
                 const int l13 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l13) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o2 + (l13 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                if (args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = (o2 + l13 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 1] = (o2 + (l13 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 2] = (o2 + (l13 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 3] = (o2 + (l13 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -722,17 +704,17 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int e = (c * 64 + tid) * 4;
                 const int l18 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o2 + l18) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o2 + (l18 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                if (args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = (o2 + l18 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 1] = (o2 + (l18 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 2] = (o2 + (l18 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 3] = (o2 + (l18 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -749,20 +731,20 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int l21 = (int)((unsigned)e / 1024u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for f16: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
+/* kernel dyt for f16: grid block(x:1, y:2048); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -789,12 +771,10 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
         /* block(y:2048) dyt.tensorize(y:2048) */
         for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 128;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             uint4 q3[2];
@@ -805,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -825,26 +805,22 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -863,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
@@ -882,14 +858,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -908,7 +884,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
@@ -927,14 +903,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -951,24 +927,24 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int l25 = (int)((unsigned)e / 2048u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for bf16: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
+/* kernel dyt for bf16: grid block(x:1, y:2048); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -995,12 +971,10 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
         /* block(y:2048) dyt.tensorize(y:2048) */
         for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 128;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             uint4 q3[2];
@@ -1011,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1031,26 +1005,22 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = (o1 + l7 < s0 && o2 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 1] = (o1 + l7 < s0 && o2 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 2] = (o1 + l7 < s0 && o2 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 3] = (o1 + l7 < s0 && o2 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 4] = (o1 + l7 < s0 && o2 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 5] = (o1 + l7 < s0 && o2 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 6] = (o1 + l7 < s0 && o2 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 8 + 7] = (o1 + l7 < s0 && o2 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -1069,7 +1039,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && o2 + (l15 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
@@ -1088,14 +1058,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o2 + l16 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 1] = (o2 + (l16 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 2] = (o2 + (l16 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 3] = (o2 + (l16 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 4] = (o2 + (l16 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 5] = (o2 + (l16 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 6] = (o2 + (l16 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 8 + 7] = (o2 + (l16 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -1114,7 +1084,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && o2 + (l21 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
@@ -1133,14 +1103,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o2 + l22 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 1] = (o2 + (l22 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 2] = (o2 + (l22 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 3] = (o2 + (l22 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 4] = (o2 + (l22 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 5] = (o2 + (l22 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 6] = (o2 + (l22 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 8 + 7] = (o2 + (l22 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -1157,24 +1127,24 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int l25 = (int)((unsigned)e / 2048u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for f32: grid block(x:1, y:2048); 128 threads, 16 bytes of shared memory */
+/* kernel dyt for f32: grid block(x:1, y:2048); 128 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1201,12 +1171,10 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
         /* block(y:2048) dyt.tensorize(y:2048) */
         for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
             float v0[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 128;
-                if (e < 1) {
-                    v0[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v0[r] = args.scalars[0];
             }
             float v1[16];
             #pragma unroll
@@ -1215,29 +1183,25 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && o2 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = (o1 + l5 < s0 && o2 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 1] = (o1 + l5 < s0 && o2 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 2] = (o1 + l5 < s0 && o2 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v1[c * 4 + 3] = (o1 + l5 < s0 && o2 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v0[r]; }
-            __syncthreads();
             float v2[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                 (void)e; {
-                    v2[r] = ((dt_smem + 0)[0] * v1[r]);
+                    v2[r] = (v0[0] * v1[r]);
                 }
             }
             float v3[16];
@@ -1254,17 +1218,17 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int e = (c * 128 + tid) * 4;
                 const int l13 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l13) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o2 + (l13 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                if (args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = (o2 + l13 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 1] = (o2 + (l13 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 2] = (o2 + (l13 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v4[c * 4 + 3] = (o2 + (l13 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -1281,17 +1245,17 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int e = (c * 128 + tid) * 4;
                 const int l18 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o2 + l18) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o2 + (l18 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                if (args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = (o2 + l18 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 1] = (o2 + (l18 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 2] = (o2 + (l18 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v6[c * 4 + 3] = (o2 + (l18 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -1308,13 +1272,13 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int l21 = (int)((unsigned)e / 2048u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }

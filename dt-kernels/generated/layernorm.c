@@ -111,93 +111,88 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 15375)[l8] = (arena + 15375)[l8] + (arena + 2048)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 15375)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 15375)[l9];
             }
             (arena + 2050)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 15377)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 15377)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 3077)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] - (arena + 2051)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 1024; l15++) {
-                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
+                    (arena + 6150)[l14 * 1024 + l15] = ((arena + 3077)[l14 * 1024 + l15] * (arena + 3077)[l14 * 1024 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
+                    (arena + 7174)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 6150)[l16 * 1024 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                (arena + 8198)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
-                (arena + 8198)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 15377)[l21] = (arena + 15377)[l21] + (arena + 8198)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 8199)[l22] = (arena + 15377)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 8199)[l24] = (arena + 15377)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+                (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
             }
             (arena + 10252)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 10254)[l25] = dt_rsqrt((arena + 10253)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 1024; l29++) {
-                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    (arena + 10255)[l26 * 1024 + l27] = ((arena + 3077)[l26 * 1024 + l27] * (arena + 10254)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 1024; l30++) {
-                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 1024; l28++) {
+                (arena + 11279)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 1024; l32++) {
-                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 1024; l30++) {
+                    (arena + 12303)[l29 * 1024 + l30] = ((arena + 10255)[l29 * 1024 + l30] * (arena + 11279)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 1024; l33++) {
-                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 1024; l31++) {
+                (arena + 13327)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 1024; l33++) {
+                    (arena + 14351)[l32 * 1024 + l33] = ((arena + 12303)[l32 * 1024 + l33] + (arena + 13327)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 1024; l35++) {
-                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 1024; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 14351)[l36 * 1024 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 14351)[l34 * 1024 + l35]);
                 }
             }
         }
@@ -231,93 +226,88 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 15375)[l8] = (arena + 15375)[l8] + (arena + 2048)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 15375)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 15375)[l9];
             }
             (arena + 2050)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 15377)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 15377)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 3077)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] - (arena + 2051)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 1024; l15++) {
-                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
+                    (arena + 6150)[l14 * 1024 + l15] = ((arena + 3077)[l14 * 1024 + l15] * (arena + 3077)[l14 * 1024 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
+                    (arena + 7174)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 6150)[l16 * 1024 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                (arena + 8198)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
-                (arena + 8198)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 15377)[l21] = (arena + 15377)[l21] + (arena + 8198)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 8199)[l22] = (arena + 15377)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 8199)[l24] = (arena + 15377)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+                (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
             }
             (arena + 10252)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 10254)[l25] = dt_rsqrt((arena + 10253)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 1024; l29++) {
-                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    (arena + 10255)[l26 * 1024 + l27] = ((arena + 3077)[l26 * 1024 + l27] * (arena + 10254)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 1024; l30++) {
-                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 1024; l28++) {
+                (arena + 11279)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 1024; l32++) {
-                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 1024; l30++) {
+                    (arena + 12303)[l29 * 1024 + l30] = ((arena + 10255)[l29 * 1024 + l30] * (arena + 11279)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 1024; l33++) {
-                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 1024; l31++) {
+                (arena + 13327)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 1024; l33++) {
+                    (arena + 14351)[l32 * 1024 + l33] = ((arena + 12303)[l32 * 1024 + l33] + (arena + 13327)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 1024; l35++) {
-                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 1024; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 14351)[l36 * 1024 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 14351)[l34 * 1024 + l35]);
                 }
             }
         }
@@ -351,93 +341,88 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = a7 + (arena + 0)[l5 * 1024 + r6 * 1];
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = a9 + (arena + 1024)[l7 * 1024 + r8 * 1];
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 15375)[l8] = (arena + 15375)[l8] + (arena + 2048)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 15375)[l10] = (arena + 15375)[l10] + (arena + 2048)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 15375)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 15375)[l9];
             }
             (arena + 2050)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 2051)[l12] = ((arena + 2049)[l12] / (arena + 2050)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 2051)[l10] = ((arena + 2049)[l10] / (arena + 2050)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 15377)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 15377)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 3077)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] - (arena + 2051)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 1024; l15++) {
-                    (arena + 3077)[l14 * 1024 + l15] = ((arena + 0)[l14 * 1024 + l15] - (arena + 2051)[l14]);
+                    (arena + 6150)[l14 * 1024 + l15] = ((arena + 3077)[l14 * 1024 + l15] * (arena + 3077)[l14 * 1024 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 1024; l17++) {
-                    (arena + 6150)[l16 * 1024 + l17] = ((arena + 3077)[l16 * 1024 + l17] * (arena + 3077)[l16 * 1024 + l17]);
+                    (arena + 7174)[l16 * 1024 + l17] = (0 + l17 < s1) ? (arena + 6150)[l16 * 1024 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 1024; l19++) {
-                    (arena + 7174)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 6150)[l18 * 1024 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 1024; r19++) a20 = a20 + (arena + 7174)[l18 * 1024 + r19 * 1];
+                (arena + 8198)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 1024; r21++) a22 = a22 + (arena + 7174)[l20 * 1024 + r21 * 1];
-                (arena + 8198)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 15377)[l21] = (arena + 15377)[l21] + (arena + 8198)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 8199)[l22] = (arena + 15377)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 15377)[l23] = (arena + 15377)[l23] + (arena + 8198)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 8199)[l24] = (arena + 15377)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 8201)[l25] = ((arena + 8199)[l25] / (arena + 2050)[0]);
+                (arena + 8201)[l23] = ((arena + 8199)[l23] / (arena + 2050)[0]);
             }
             (arena + 10252)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 10253)[l24] = ((arena + 8201)[l24] + (arena + 10252)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 10254)[l25] = dt_rsqrt((arena + 10253)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 10253)[l26] = ((arena + 8201)[l26] + (arena + 10252)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 10254)[l27] = dt_rsqrt((arena + 10253)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 1024; l29++) {
-                    (arena + 10255)[l28 * 1024 + l29] = ((arena + 3077)[l28 * 1024 + l29] * (arena + 10254)[l28]);
+                for (long long l27 = 0; l27 < 1024; l27++) {
+                    (arena + 10255)[l26 * 1024 + l27] = ((arena + 3077)[l26 * 1024 + l27] * (arena + 10254)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 1024; l30++) {
-                (arena + 11279)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 1024; l28++) {
+                (arena + 11279)[l28] = (0 + l28 < s1) ? dt_load_f32(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 1024; l32++) {
-                    (arena + 12303)[l31 * 1024 + l32] = ((arena + 10255)[l31 * 1024 + l32] * (arena + 11279)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 1024; l30++) {
+                    (arena + 12303)[l29 * 1024 + l30] = ((arena + 10255)[l29 * 1024 + l30] * (arena + 11279)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 1024; l33++) {
-                (arena + 13327)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 1024; l31++) {
+                (arena + 13327)[l31] = (0 + l31 < s1) ? dt_load_f32(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 1024; l33++) {
+                    (arena + 14351)[l32 * 1024 + l33] = ((arena + 12303)[l32 * 1024 + l33] + (arena + 13327)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 1024; l35++) {
-                    (arena + 14351)[l34 * 1024 + l35] = ((arena + 12303)[l34 * 1024 + l35] + (arena + 13327)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 1024; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 14351)[l36 * 1024 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f32((arena + 14351)[l34 * 1024 + l35]);
                 }
             }
         }
@@ -471,93 +456,88 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = a9 + (arena + 4096)[l7 * 4096 + r8 * 1];
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 61455)[l10] = (arena + 61455)[l10] + (arena + 8192)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 61455)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 61455)[l9];
             }
             (arena + 8194)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61457)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 61457)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 4096; l13++) {
+                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 4096; l15++) {
-                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
+                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                (arena + 32774)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
-                (arena + 32774)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 32775)[l22] = (arena + 61457)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 32775)[l24] = (arena + 61457)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
+                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 4096; l29++) {
-                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 4096; l30++) {
-                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 4096; l28++) {
+                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 4096; l32++) {
-                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 4096; l30++) {
+                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 4096; l33++) {
-                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 4096; l31++) {
+                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 4096; l33++) {
+                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 4096; l35++) {
-                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 4096; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l36 * 4096 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 57359)[l34 * 4096 + l35]);
                 }
             }
         }
@@ -591,93 +571,88 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = a9 + (arena + 4096)[l7 * 4096 + r8 * 1];
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 61455)[l10] = (arena + 61455)[l10] + (arena + 8192)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 61455)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 61455)[l9];
             }
             (arena + 8194)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61457)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 61457)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 4096; l13++) {
+                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 4096; l15++) {
-                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
+                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                (arena + 32774)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
-                (arena + 32774)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 32775)[l22] = (arena + 61457)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 32775)[l24] = (arena + 61457)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
+                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 4096; l29++) {
-                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 4096; l30++) {
-                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 4096; l28++) {
+                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 4096; l32++) {
-                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 4096; l30++) {
+                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 4096; l33++) {
-                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 4096; l31++) {
+                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 4096; l33++) {
+                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 4096; l35++) {
-                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 4096; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l36 * 4096 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 57359)[l34 * 4096 + l35]);
                 }
             }
         }
@@ -711,93 +686,88 @@ void dt_layernorm_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = a7 + (arena + 0)[l5 * 4096 + r6 * 1];
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = a9 + (arena + 4096)[l7 * 4096 + r8 * 1];
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 61455)[l8] = (arena + 61455)[l8] + (arena + 8192)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 61455)[l10] = (arena + 61455)[l10] + (arena + 8192)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 61455)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 61455)[l9];
             }
             (arena + 8194)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 8195)[l12] = ((arena + 8193)[l12] / (arena + 8194)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 8195)[l10] = ((arena + 8193)[l10] / (arena + 8194)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 61457)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 61457)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 4096; l13++) {
+                    (arena + 12293)[l12 * 4096 + l13] = ((arena + 0)[l12 * 4096 + l13] - (arena + 8195)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 4096; l15++) {
-                    (arena + 12293)[l14 * 4096 + l15] = ((arena + 0)[l14 * 4096 + l15] - (arena + 8195)[l14]);
+                    (arena + 24582)[l14 * 4096 + l15] = ((arena + 12293)[l14 * 4096 + l15] * (arena + 12293)[l14 * 4096 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 4096; l17++) {
-                    (arena + 24582)[l16 * 4096 + l17] = ((arena + 12293)[l16 * 4096 + l17] * (arena + 12293)[l16 * 4096 + l17]);
+                    (arena + 28678)[l16 * 4096 + l17] = (0 + l17 < s1) ? (arena + 24582)[l16 * 4096 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 4096; l19++) {
-                    (arena + 28678)[l18 * 4096 + l19] = (0 + l19 < s1) ? (arena + 24582)[l18 * 4096 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 4096; r19++) a20 = a20 + (arena + 28678)[l18 * 4096 + r19 * 1];
+                (arena + 32774)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 4096; r21++) a22 = a22 + (arena + 28678)[l20 * 4096 + r21 * 1];
-                (arena + 32774)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 61457)[l21] = (arena + 61457)[l21] + (arena + 32774)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 32775)[l22] = (arena + 61457)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 61457)[l23] = (arena + 61457)[l23] + (arena + 32774)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 32775)[l24] = (arena + 61457)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 32777)[l25] = ((arena + 32775)[l25] / (arena + 8194)[0]);
+                (arena + 32777)[l23] = ((arena + 32775)[l23] / (arena + 8194)[0]);
             }
             (arena + 40972)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 40973)[l24] = ((arena + 32777)[l24] + (arena + 40972)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 40974)[l25] = dt_rsqrt((arena + 40973)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 40973)[l26] = ((arena + 32777)[l26] + (arena + 40972)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 40974)[l27] = dt_rsqrt((arena + 40973)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 4096; l29++) {
-                    (arena + 40975)[l28 * 4096 + l29] = ((arena + 12293)[l28 * 4096 + l29] * (arena + 40974)[l28]);
+                for (long long l27 = 0; l27 < 4096; l27++) {
+                    (arena + 40975)[l26 * 4096 + l27] = ((arena + 12293)[l26 * 4096 + l27] * (arena + 40974)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 4096; l30++) {
-                (arena + 45071)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 4096; l28++) {
+                (arena + 45071)[l28] = (0 + l28 < s1) ? dt_load_f32(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 4096; l32++) {
-                    (arena + 49167)[l31 * 4096 + l32] = ((arena + 40975)[l31 * 4096 + l32] * (arena + 45071)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 4096; l30++) {
+                    (arena + 49167)[l29 * 4096 + l30] = ((arena + 40975)[l29 * 4096 + l30] * (arena + 45071)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 4096; l33++) {
-                (arena + 53263)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 4096; l31++) {
+                (arena + 53263)[l31] = (0 + l31 < s1) ? dt_load_f32(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 4096; l33++) {
+                    (arena + 57359)[l32 * 4096 + l33] = ((arena + 49167)[l32 * 4096 + l33] + (arena + 53263)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 4096; l35++) {
-                    (arena + 57359)[l34 * 4096 + l35] = ((arena + 49167)[l34 * 4096 + l35] + (arena + 53263)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 4096; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l36 * 4096 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f32((arena + 57359)[l34 * 4096 + l35]);
                 }
             }
         }
@@ -831,93 +801,88 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = a9 + (arena + 16384)[l7 * 16384 + r8 * 1];
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 245775)[l8] = (arena + 245775)[l8] + (arena + 32768)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 245775)[l10] = (arena + 245775)[l10] + (arena + 32768)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 245775)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 245775)[l9];
             }
             (arena + 32770)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245777)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 245777)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 16384; l13++) {
+                    (arena + 49157)[l12 * 16384 + l13] = ((arena + 0)[l12 * 16384 + l13] - (arena + 32771)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 16384; l15++) {
-                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                    (arena + 98310)[l14 * 16384 + l15] = ((arena + 49157)[l14 * 16384 + l15] * (arena + 49157)[l14 * 16384 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
+                    (arena + 114694)[l16 * 16384 + l17] = (0 + l17 < s1) ? (arena + 98310)[l16 * 16384 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                (arena + 131078)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
-                (arena + 131078)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 245777)[l21] = (arena + 245777)[l21] + (arena + 131078)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 131079)[l22] = (arena + 245777)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 131079)[l24] = (arena + 245777)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
+                (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 163854)[l25] = dt_rsqrt((arena + 163853)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 16384; l29++) {
-                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    (arena + 163855)[l26 * 16384 + l27] = ((arena + 49157)[l26 * 16384 + l27] * (arena + 163854)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 16384; l30++) {
-                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_f16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 16384; l28++) {
+                (arena + 180239)[l28] = (0 + l28 < s1) ? dt_load_f16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 16384; l32++) {
-                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 16384; l30++) {
+                    (arena + 196623)[l29 * 16384 + l30] = ((arena + 163855)[l29 * 16384 + l30] * (arena + 180239)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 16384; l33++) {
-                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_f16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 16384; l31++) {
+                (arena + 213007)[l31] = (0 + l31 < s1) ? dt_load_f16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 16384; l33++) {
+                    (arena + 229391)[l32 * 16384 + l33] = ((arena + 196623)[l32 * 16384 + l33] + (arena + 213007)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 16384; l35++) {
-                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 16384; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f16((arena + 229391)[l36 * 16384 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f16((arena + 229391)[l34 * 16384 + l35]);
                 }
             }
         }
@@ -951,93 +916,88 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = a9 + (arena + 16384)[l7 * 16384 + r8 * 1];
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 245775)[l8] = (arena + 245775)[l8] + (arena + 32768)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 245775)[l10] = (arena + 245775)[l10] + (arena + 32768)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 245775)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 245775)[l9];
             }
             (arena + 32770)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245777)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 245777)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 16384; l13++) {
+                    (arena + 49157)[l12 * 16384 + l13] = ((arena + 0)[l12 * 16384 + l13] - (arena + 32771)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 16384; l15++) {
-                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                    (arena + 98310)[l14 * 16384 + l15] = ((arena + 49157)[l14 * 16384 + l15] * (arena + 49157)[l14 * 16384 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
+                    (arena + 114694)[l16 * 16384 + l17] = (0 + l17 < s1) ? (arena + 98310)[l16 * 16384 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                (arena + 131078)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
-                (arena + 131078)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 245777)[l21] = (arena + 245777)[l21] + (arena + 131078)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 131079)[l22] = (arena + 245777)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 131079)[l24] = (arena + 245777)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
+                (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 163854)[l25] = dt_rsqrt((arena + 163853)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 16384; l29++) {
-                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    (arena + 163855)[l26 * 16384 + l27] = ((arena + 49157)[l26 * 16384 + l27] * (arena + 163854)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 16384; l30++) {
-                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_bf16(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 16384; l28++) {
+                (arena + 180239)[l28] = (0 + l28 < s1) ? dt_load_bf16(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 16384; l32++) {
-                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 16384; l30++) {
+                    (arena + 196623)[l29 * 16384 + l30] = ((arena + 163855)[l29 * 16384 + l30] * (arena + 180239)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 16384; l33++) {
-                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_bf16(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 16384; l31++) {
+                (arena + 213007)[l31] = (0 + l31 < s1) ? dt_load_bf16(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 16384; l33++) {
+                    (arena + 229391)[l32 * 16384 + l33] = ((arena + 196623)[l32 * 16384 + l33] + (arena + 213007)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 16384; l35++) {
-                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 16384; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_bf16((arena + 229391)[l36 * 16384 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_bf16((arena + 229391)[l34 * 16384 + l35]);
                 }
             }
         }
@@ -1071,93 +1031,88 @@ void dt_layernorm_16k_f32(const dt_args* args, long long first, long long last) 
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0e0f;
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : 0e0f;
-                }
+                float a7 = 0e0f;
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = a7 + (arena + 0)[l5 * 16384 + r6 * 1];
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = 0e0f;
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = a9 + (arena + 16384)[l7 * 16384 + r8 * 1];
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 245775)[l8] = (arena + 245775)[l8] + (arena + 32768)[l8];
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 245775)[l10] = (arena + 245775)[l10] + (arena + 32768)[l10];
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 245775)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 245775)[l9];
             }
             (arena + 32770)[0] = (float)s1;
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 32771)[l12] = ((arena + 32769)[l12] / (arena + 32770)[0]);
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 32771)[l10] = ((arena + 32769)[l10] / (arena + 32770)[0]);
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 245777)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 245777)[l11] = 0e0f;
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 16384; l13++) {
+                    (arena + 49157)[l12 * 16384 + l13] = ((arena + 0)[l12 * 16384 + l13] - (arena + 32771)[l12]);
+                }
             }
             for (long long l14 = 0; l14 < 1; l14++) {
                 for (long long l15 = 0; l15 < 16384; l15++) {
-                    (arena + 49157)[l14 * 16384 + l15] = ((arena + 0)[l14 * 16384 + l15] - (arena + 32771)[l14]);
+                    (arena + 98310)[l14 * 16384 + l15] = ((arena + 49157)[l14 * 16384 + l15] * (arena + 49157)[l14 * 16384 + l15]);
                 }
             }
             for (long long l16 = 0; l16 < 1; l16++) {
                 for (long long l17 = 0; l17 < 16384; l17++) {
-                    (arena + 98310)[l16 * 16384 + l17] = ((arena + 49157)[l16 * 16384 + l17] * (arena + 49157)[l16 * 16384 + l17]);
+                    (arena + 114694)[l16 * 16384 + l17] = (0 + l17 < s1) ? (arena + 98310)[l16 * 16384 + l17] : 0e0f;
                 }
             }
             for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 16384; l19++) {
-                    (arena + 114694)[l18 * 16384 + l19] = (0 + l19 < s1) ? (arena + 98310)[l18 * 16384 + l19] : 0e0f;
-                }
+                float a20 = 0e0f;
+                for (long long r19 = 0; r19 < 16384; r19++) a20 = a20 + (arena + 114694)[l18 * 16384 + r19 * 1];
+                (arena + 131078)[l18] = a20;
             }
-            for (long long l20 = 0; l20 < 1; l20++) {
-                float a22 = 0e0f;
-                for (long long r21 = 0; r21 < 16384; r21++) a22 = a22 + (arena + 114694)[l20 * 16384 + r21 * 1];
-                (arena + 131078)[l20] = a22;
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 245777)[l21] = (arena + 245777)[l21] + (arena + 131078)[l21];
+            }
+            for (long long l22 = 0; l22 < 1; l22++) {
+                (arena + 131079)[l22] = (arena + 245777)[l22];
             }
             for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 245777)[l23] = (arena + 245777)[l23] + (arena + 131078)[l23];
-            }
-            for (long long l24 = 0; l24 < 1; l24++) {
-                (arena + 131079)[l24] = (arena + 245777)[l24];
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 131081)[l25] = ((arena + 131079)[l25] / (arena + 32770)[0]);
+                (arena + 131081)[l23] = ((arena + 131079)[l23] / (arena + 32770)[0]);
             }
             (arena + 163852)[0] = args->scalars[0];
+            for (long long l24 = 0; l24 < 1; l24++) {
+                (arena + 163853)[l24] = ((arena + 131081)[l24] + (arena + 163852)[0]);
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 163854)[l25] = dt_rsqrt((arena + 163853)[l25]);
+            }
             for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 163853)[l26] = ((arena + 131081)[l26] + (arena + 163852)[0]);
-            }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 163854)[l27] = dt_rsqrt((arena + 163853)[l27]);
-            }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                for (long long l29 = 0; l29 < 16384; l29++) {
-                    (arena + 163855)[l28 * 16384 + l29] = ((arena + 49157)[l28 * 16384 + l29] * (arena + 163854)[l28]);
+                for (long long l27 = 0; l27 < 16384; l27++) {
+                    (arena + 163855)[l26 * 16384 + l27] = ((arena + 49157)[l26 * 16384 + l27] * (arena + 163854)[l26]);
                 }
             }
-            for (long long l30 = 0; l30 < 16384; l30++) {
-                (arena + 180239)[l30] = (0 + l30 < s1) ? dt_load_f32(in1[(0 + l30) * args->input_strides[1][0]]) : 0.0f;
+            for (long long l28 = 0; l28 < 16384; l28++) {
+                (arena + 180239)[l28] = (0 + l28 < s1) ? dt_load_f32(in1[(0 + l28) * args->input_strides[1][0]]) : 0e0f;
             }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 16384; l32++) {
-                    (arena + 196623)[l31 * 16384 + l32] = ((arena + 163855)[l31 * 16384 + l32] * (arena + 180239)[l32]);
+            for (long long l29 = 0; l29 < 1; l29++) {
+                for (long long l30 = 0; l30 < 16384; l30++) {
+                    (arena + 196623)[l29 * 16384 + l30] = ((arena + 163855)[l29 * 16384 + l30] * (arena + 180239)[l30]);
                 }
             }
-            for (long long l33 = 0; l33 < 16384; l33++) {
-                (arena + 213007)[l33] = (0 + l33 < s1) ? dt_load_f32(in2[(0 + l33) * args->input_strides[2][0]]) : 0.0f;
+            for (long long l31 = 0; l31 < 16384; l31++) {
+                (arena + 213007)[l31] = (0 + l31 < s1) ? dt_load_f32(in2[(0 + l31) * args->input_strides[2][0]]) : 0e0f;
+            }
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 16384; l33++) {
+                    (arena + 229391)[l32 * 16384 + l33] = ((arena + 196623)[l32 * 16384 + l33] + (arena + 213007)[l33]);
+                }
             }
             for (long long l34 = 0; l34 < 1; l34++) {
                 for (long long l35 = 0; l35 < 16384; l35++) {
-                    (arena + 229391)[l34 * 16384 + l35] = ((arena + 196623)[l34 * 16384 + l35] + (arena + 213007)[l35]);
-                }
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                for (long long l37 = 0; l37 < 16384; l37++) {
-                    if (o1 + l36 < s0 && 0 + l37 < s1) out[(o1 + l36) * args->output_strides[0] + (0 + l37) * args->output_strides[1]] = dt_store_f32((arena + 229391)[l36 * 16384 + l37]);
+                    if (o1 + l34 < s0 && 0 + l35 < s1) out[(o1 + l34) * args->output_strides[0] + (0 + l35) * args->output_strides[1]] = dt_store_f32((arena + 229391)[l34 * 16384 + l35]);
                 }
             }
         }
@@ -1193,114 +1148,109 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
-                    }
+                    float a8 = 0e0f;
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 122895)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 122895)[l10];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 122897)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 122897)[l12] = 0e0f;
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+            for (long long o13 = 0; o13 < s1; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_f16(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l16 = 0; l16 < 1; l16++) {
                     for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f16(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
+                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
+                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
-                    }
+                    float a24 = 0e0f;
+                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
+                    (arena + 65542)[l22] = a24;
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    float a26 = 0e0f;
-                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
-                    (arena + 65542)[l24] = a26;
-                }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
                 }
             }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 65543)[l28] = (arena + 122897)[l28];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 65543)[l26] = (arena + 122897)[l26];
             }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o30 = 0; o30 < s1; o30 += 8192) {
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_f16(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
+                }
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
+                }
                 for (long long l35 = 0; l35 < 1; l35++) {
-                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
-                }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
                     }
                 }
-                for (long long l39 = 0; l39 < 8192; l39++) {
-                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_f16(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
+                for (long long l37 = 0; l37 < 8192; l37++) {
+                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_f16(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
                     }
                 }
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_f16(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                for (long long l40 = 0; l40 < 8192; l40++) {
+                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_f16(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                    }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
-                    }
-                }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l45 * 8192 + l46]);
+                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l43 * 8192 + l44]);
                     }
                 }
             }
@@ -1337,114 +1287,109 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
-                    }
+                    float a8 = 0e0f;
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 122895)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 122895)[l10];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 122897)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 122897)[l12] = 0e0f;
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+            for (long long o13 = 0; o13 < s1; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_bf16(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l16 = 0; l16 < 1; l16++) {
                     for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_bf16(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
+                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
+                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
-                    }
+                    float a24 = 0e0f;
+                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
+                    (arena + 65542)[l22] = a24;
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    float a26 = 0e0f;
-                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
-                    (arena + 65542)[l24] = a26;
-                }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
                 }
             }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 65543)[l28] = (arena + 122897)[l28];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 65543)[l26] = (arena + 122897)[l26];
             }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o30 = 0; o30 < s1; o30 += 8192) {
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_bf16(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_bf16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
+                }
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
+                }
                 for (long long l35 = 0; l35 < 1; l35++) {
-                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
-                }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
                     }
                 }
-                for (long long l39 = 0; l39 < 8192; l39++) {
-                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_bf16(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
+                for (long long l37 = 0; l37 < 8192; l37++) {
+                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_bf16(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
                     }
                 }
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_bf16(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                for (long long l40 = 0; l40 < 8192; l40++) {
+                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_bf16(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                    }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
-                    }
-                }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l45 * 8192 + l46]);
+                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l43 * 8192 + l44]);
                     }
                 }
             }
@@ -1481,114 +1426,109 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : 0e0f;
-                    }
+                    float a8 = 0e0f;
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = 0e0f;
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = a10 + (arena + 8192)[l8 * 8192 + r9 * 1];
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 122895)[l11] = (arena + 122895)[l11] + (arena + 16384)[l11];
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 122895)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 122895)[l10];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 16387)[l13] = ((arena + 16385)[l13] / (arena + 16386)[0]);
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l14 = 0; l14 < 1; l14++) {
-                (arena + 122897)[l14] = 0e0f;
+            for (long long l12 = 0; l12 < 1; l12++) {
+                (arena + 122897)[l12] = 0e0f;
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o15 = 0; o15 < s1; o15 += 8192) {
+            for (long long o13 = 0; o13 < s1; o13 += 8192) {
+                for (long long l14 = 0; l14 < 1; l14++) {
+                    for (long long l15 = 0; l15 < 8192; l15++) {
+                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_f32(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l16 = 0; l16 < 1; l16++) {
                     for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 16388)[l16 * 8192 + l17] = (o1 + l16 < s0 && o15 + l17 < s1) ? dt_load_f32(in0[(o1 + l16) * args->input_strides[0][0] + (o15 + l17) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 24581)[l18 * 8192 + l19] = ((arena + 16388)[l18 * 8192 + l19] - (arena + 16387)[l18]);
+                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 49158)[l20 * 8192 + l21] = ((arena + 24581)[l20 * 8192 + l21] * (arena + 24581)[l20 * 8192 + l21]);
+                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 57350)[l22 * 8192 + l23] = (o15 + l23 < s1) ? (arena + 49158)[l22 * 8192 + l23] : 0e0f;
-                    }
+                    float a24 = 0e0f;
+                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
+                    (arena + 65542)[l22] = a24;
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    float a26 = 0e0f;
-                    for (long long r25 = 0; r25 < 8192; r25++) a26 = a26 + (arena + 57350)[l24 * 8192 + r25 * 1];
-                    (arena + 65542)[l24] = a26;
-                }
-                for (long long l27 = 0; l27 < 1; l27++) {
-                    (arena + 122897)[l27] = (arena + 122897)[l27] + (arena + 65542)[l27];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
                 }
             }
-            for (long long l28 = 0; l28 < 1; l28++) {
-                (arena + 65543)[l28] = (arena + 122897)[l28];
+            for (long long l26 = 0; l26 < 1; l26++) {
+                (arena + 65543)[l26] = (arena + 122897)[l26];
             }
-            for (long long l29 = 0; l29 < 1; l29++) {
-                (arena + 65545)[l29] = ((arena + 65543)[l29] / (arena + 16386)[0]);
+            for (long long l27 = 0; l27 < 1; l27++) {
+                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o30 = 0; o30 < s1; o30 += 8192) {
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65546)[l31 * 8192 + l32] = (o1 + l31 < s0 && o30 + l32 < s1) ? dt_load_f32(in0[(o1 + l31) * args->input_strides[0][0] + (o30 + l32) * args->input_strides[0][1]]) : 0.0f;
+            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f32(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73739)[l33 * 8192 + l34] = ((arena + 65546)[l33 * 8192 + l34] - (arena + 16387)[l33]);
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
                     }
                 }
                 (arena + 81932)[0] = args->scalars[0];
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
+                }
+                for (long long l34 = 0; l34 < 1; l34++) {
+                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
+                }
                 for (long long l35 = 0; l35 < 1; l35++) {
-                    (arena + 81933)[l35] = ((arena + 65545)[l35] + (arena + 81932)[0]);
-                }
-                for (long long l36 = 0; l36 < 1; l36++) {
-                    (arena + 81934)[l36] = dt_rsqrt((arena + 81933)[l36]);
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 81935)[l37 * 8192 + l38] = ((arena + 73739)[l37 * 8192 + l38] * (arena + 81934)[l37]);
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
                     }
                 }
-                for (long long l39 = 0; l39 < 8192; l39++) {
-                    (arena + 90127)[l39] = (o30 + l39 < s1) ? dt_load_f32(in1[(o30 + l39) * args->input_strides[1][0]]) : 0.0f;
+                for (long long l37 = 0; l37 < 8192; l37++) {
+                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_f32(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
                 }
-                for (long long l40 = 0; l40 < 1; l40++) {
-                    for (long long l41 = 0; l41 < 8192; l41++) {
-                        (arena + 98319)[l40 * 8192 + l41] = ((arena + 81935)[l40 * 8192 + l41] * (arena + 90127)[l41]);
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
                     }
                 }
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 106511)[l42] = (o30 + l42 < s1) ? dt_load_f32(in2[(o30 + l42) * args->input_strides[2][0]]) : 0.0f;
+                for (long long l40 = 0; l40 < 8192; l40++) {
+                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_f32(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                    }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 114703)[l43 * 8192 + l44] = ((arena + 98319)[l43 * 8192 + l44] + (arena + 106511)[l44]);
-                    }
-                }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        if (o1 + l45 < s0 && o30 + l46 < s1) out[(o1 + l45) * args->output_strides[0] + (o30 + l46) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l45 * 8192 + l46]);
+                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l43 * 8192 + l44]);
                     }
                 }
             }

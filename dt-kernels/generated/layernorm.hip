@@ -225,12 +225,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -241,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -261,23 +259,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -288,73 +277,55 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 4; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 4; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 1024u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -370,8 +341,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -385,97 +356,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 4; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1024u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -485,14 +436,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -504,23 +455,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -530,14 +481,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -551,20 +502,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 1024u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -592,12 +543,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -608,7 +557,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -628,23 +577,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -655,73 +595,55 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 4; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 4; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 1024u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -737,8 +659,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -752,97 +674,77 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 4; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 1024u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -852,14 +754,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -871,23 +773,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -897,14 +799,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -918,20 +820,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1024u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 1024u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -959,12 +861,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         #pragma unroll
@@ -973,26 +873,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1003,73 +894,55 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a10 = 0e0f;
-                for (int g = 0; g < 4; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = 0e0f;
+            for (int g = 0; g < 4; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1024u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -1085,8 +958,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1100,96 +973,76 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 4; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a22;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a20;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 128;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l28 = (int)((unsigned)e / 1024u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l30) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1204,19 +1057,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l37 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l37) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l35 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (0 + l35) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1230,22 +1083,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l40 = (int)((unsigned)e / 1024u % 1u);
-            const int l41 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l38 = (int)((unsigned)e / 1024u % 1u);
+            const int l39 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel layernorm_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1267,12 +1120,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -1283,7 +1134,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1303,23 +1154,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1330,73 +1172,55 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 16; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 4096u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -1412,8 +1236,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1427,97 +1251,77 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 16; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1527,14 +1331,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1546,23 +1350,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1572,14 +1376,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1593,26 +1397,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 4096u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 4096u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel layernorm_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1634,12 +1438,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -1650,7 +1452,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1670,23 +1472,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1697,73 +1490,55 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 16; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 4096u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -1779,8 +1554,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1794,97 +1569,77 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 16; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1894,14 +1649,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1913,23 +1668,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1939,14 +1694,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1960,26 +1715,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 4096u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 4096u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel layernorm_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2001,12 +1756,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         #pragma unroll
@@ -2015,26 +1768,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2045,73 +1789,55 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a10 = 0e0f;
-                for (int g = 0; g < 16; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = 0e0f;
+            for (int g = 0; g < 16; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 4096u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -2127,8 +1853,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2142,96 +1868,76 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 16; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a22;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a20;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l28 = (int)((unsigned)e / 4096u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l30) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -2246,19 +1952,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l37 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l37) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l35 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l35) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -2272,22 +1978,22 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l40 = (int)((unsigned)e / 4096u % 1u);
-            const int l41 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l38 = (int)((unsigned)e / 4096u % 1u);
+            const int l39 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
+/* kernel layernorm_16k for f16: grid block(x:1); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2309,12 +2015,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -2325,7 +2029,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2345,23 +2049,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2372,73 +2067,55 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 64; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 64; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 16384u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -2454,8 +2131,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2469,97 +2146,77 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 64; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 64)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 16384u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2569,14 +2226,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -2588,23 +2245,23 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2614,14 +2271,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -2635,26 +2292,26 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 16384u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 16384u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:1); 2048 threads, 272 bytes of shared memory */
+/* kernel layernorm_16k for bf16: grid block(x:1); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2676,12 +2333,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         uint4 q3[1];
@@ -2692,7 +2347,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -2712,23 +2367,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2739,73 +2385,55 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a12 = 0e0f;
-                for (int g = 0; g < 64; g++) a12 = a12 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = 0e0f;
+            for (int g = 0; g < 64; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 16384u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l17]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -2821,8 +2449,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l22 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = (0 + l22 < s1) ? v12[r] : 0e0f;
+                const int l20 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2836,97 +2464,77 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a24 = 0e0f;
-                for (int g = 0; g < 64; g++) a24 = a24 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a24;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a22 = 0e0f;
+            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 64)[g * 1 + e];
+            v14[r] = a22;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l30 = (int)((unsigned)e / 16384u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l30]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
-        uint4 q32[1];
-        bool f33[1];
+        uint4 q30[1];
+        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l34 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l34) * args.input_strides[1][0];
-            f33[c] = args.input_strides[1][0] == 1 && 0 + (l34 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f33[c]) q32[c] = *(const uint4*)(in1 + a);
+            const int l32 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l32) * args.input_strides[1][0];
+            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l35 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l35) * args.input_strides[1][0];
-            if (f33[c]) {
-                const uint4 q = q32[c];
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l33) * args.input_strides[1][0];
+            if (f31[c]) {
+                const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2936,14 +2544,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = (0 + l35 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 1] = (0 + (l35 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 2] = (0 + (l35 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 3] = (0 + (l35 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 4] = (0 + (l35 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 5] = (0 + (l35 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 6] = (0 + (l35 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 8 + 7] = (0 + (l35 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -2955,23 +2563,23 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v28[8];
-        uint4 q38[1];
-        bool f39[1];
+        uint4 q36[1];
+        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l40 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l40) * args.input_strides[2][0];
-            f39[c] = args.input_strides[2][0] == 1 && 0 + (l40 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f39[c]) q38[c] = *(const uint4*)(in2 + a);
+            const int l38 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l38) * args.input_strides[2][0];
+            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l41 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l41) * args.input_strides[2][0];
-            if (f39[c]) {
-                const uint4 q = q38[c];
+            const int l39 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l39) * args.input_strides[2][0];
+            if (f37[c]) {
+                const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2981,14 +2589,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = (0 + l41 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 1] = (0 + (l41 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 2] = (0 + (l41 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 3] = (0 + (l41 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 4] = (0 + (l41 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 5] = (0 + (l41 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 6] = (0 + (l41 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 8 + 7] = (0 + (l41 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -3002,26 +2610,26 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 16384u % 1u);
-            const int l45 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l44) * args.output_strides[0] + (0 + l45) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l44 < s0 && 0 + (l45 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l42 = (int)((unsigned)e / 16384u % 1u);
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l44 < s0 && 0 + l45 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if (o1 + l44 < s0 && 0 + (l45 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if (o1 + l44 < s0 && 0 + (l45 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if (o1 + l44 < s0 && 0 + (l45 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if (o1 + l44 < s0 && 0 + (l45 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if (o1 + l44 < s0 && 0 + (l45 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if (o1 + l44 < s0 && 0 + (l45 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if (o1 + l44 < s0 && 0 + (l45 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_16k for f32: grid block(x:1); 2048 threads, 272 bytes of shared memory */
+/* kernel layernorm_16k for f32: grid block(x:1); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3043,12 +2651,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         float v0[8];
         #pragma unroll
@@ -3057,26 +2663,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[8];
-        #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -3087,73 +2684,55 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a10 = 0e0f;
-                for (int g = 0; g < 64; g++) a10 = a10 + (dt_smem + 4)[g * 1 + e];
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = 0e0f;
+            for (int g = 0; g < 64; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc0[r] = acc0[r] + v2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-        __syncthreads();
         float v8[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 16384u % 1u);
-                v8[r] = (v0[r] - (dt_smem + 0)[l15]);
+                v8[r] = (v0[r] - v5[0]);
             }
         }
         float v12[8];
@@ -3169,8 +2748,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = (0 + l20 < s1) ? v12[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -3184,96 +2763,76 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                float a22 = 0e0f;
-                for (int g = 0; g < 64; g++) a22 = a22 + (dt_smem + 4)[g * 1 + e];
-                v14[r] = a22;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a20 = 0e0f;
+            for (int g = 0; g < 64; g++) a20 = a20 + ((dt_smem + 0) + 64)[g * 1 + e];
+            v14[r] = a20;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v14[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
         }
         float v22[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v22[r] = args.scalars[0];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v22[r] = args.scalars[0];
         }
         float v23[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v23[r] = (v17[r] + v22[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v23[r] = (v17[0] + v22[0]);
         }
         float v24[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 2048;
-            if (e < 1) {
-                v24[r] = dt_rsqrt(v23[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v24[r] = dt_rsqrt(v23[0]);
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 2048; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-        __syncthreads();
         float v25[8];
         #pragma unroll
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
             (void)e; {
-                const int l28 = (int)((unsigned)e / 16384u % 1u);
-                v25[r] = (v8[r] * (dt_smem + 0)[l28]);
+                v25[r] = (v8[r] * v24[0]);
             }
         }
         float v26[8];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l32 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && 0 + (l32 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l30) * args.input_strides[1][0];
+            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = (0 + l32 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 1] = (0 + (l32 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 2] = (0 + (l32 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                v26[c * 4 + 3] = (0 + (l32 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -3288,19 +2847,19 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l37 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l37) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && 0 + (l37 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l35 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l35) * args.input_strides[2][0];
+            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = (0 + l37 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 1] = (0 + (l37 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 2] = (0 + (l37 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                v28[c * 4 + 3] = (0 + (l37 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -3314,22 +2873,22 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 2048 + tid) * 4;
-            const int l40 = (int)((unsigned)e / 16384u % 1u);
-            const int l41 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l40) * args.output_strides[0] + (0 + l41) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l40 < s0 && 0 + (l41 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l38 = (int)((unsigned)e / 16384u % 1u);
+            const int l39 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if (o1 + l40 < s0 && 0 + l41 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if (o1 + l40 < s0 && 0 + (l41 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if (o1 + l40 < s0 && 0 + (l41 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if (o1 + l40 < s0 && 0 + (l41 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3351,12 +2910,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -3369,7 +2926,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3389,23 +2946,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l11 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l11 < s1) ? v0[r] : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[1];
@@ -3416,85 +2964,73 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 for (int i = 0; i < 1; i++) {
                     p[i] = 0e0f;
                     #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                    for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a13 = 0e0f;
-                    for (int g = 0; g < 32; g++) a13 = a13 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a13;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a11 = 0e0f;
+                for (int g = 0; g < 32; g++) a11 = a11 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v2[r] = a11;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc0[r] = acc0[r] + v2[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = acc0[r] + v2[0];
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o18 = 0; o18 < s1; o18 += 8192) {
+        for (long long o16 = 0; o16 < s1; o16 += 8192) {
             float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            uint4 q17[1];
+            bool f18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
+                f18[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o16 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 8192u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l21) * args.input_strides[0][0] + (o18 + l22) * args.input_strides[0][1];
-                f20[c] = args.input_strides[0][1] == 1 && o1 + l21 < s0 && o18 + (l22 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l23 = (int)((unsigned)e / 8192u % 1u);
-                const int l24 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l23) * args.input_strides[0][0] + (o18 + l24) * args.input_strides[0][1];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
+                const long long a = (o1 + l21) * args.input_strides[0][0] + (o16 + l22) * args.input_strides[0][1];
+                if (f18[c]) {
+                    const uint4 q = q17[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3504,27 +3040,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o1 + l23 < s0 && o18 + l24 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 1] = (o1 + l23 < s0 && o18 + (l24 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 2] = (o1 + l23 < s0 && o18 + (l24 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 3] = (o1 + l23 < s0 && o18 + (l24 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 4] = (o1 + l23 < s0 && o18 + (l24 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 5] = (o1 + l23 < s0 && o18 + (l24 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 6] = (o1 + l23 < s0 && o18 + (l24 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 7] = (o1 + l23 < s0 && o18 + (l24 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + l22) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    v8[r] = (v6[r] - (dt_smem + 0)[l25]);
+                    v8[r] = (v6[r] - v5[0]);
                 }
             }
             float v12[8];
@@ -3540,8 +3071,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l30 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = (o18 + l30 < s1) ? v12[r] : 0e0f;
+                    const int l28 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o16 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
@@ -3556,64 +3087,56 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a32 = 0e0f;
-                    for (int g = 0; g < 32; g++) a32 = a32 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a32;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a30 = 0e0f;
+                for (int g = 0; g < 32; g++) a30 = a30 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v14[r] = a30;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v14[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v14[0];
             }
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o36 = 0; o36 < s1; o36 += 8192) {
+        for (long long o34 = 0; o34 < s1; o34 += 8192) {
             float v18[8];
-            uint4 q37[1];
-            bool f38[1];
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 8192u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
+                f36[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o34 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l39 = (int)((unsigned)e / 8192u % 1u);
                 const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o36 + l40) * args.input_strides[0][1];
-                f38[c] = args.input_strides[0][1] == 1 && o1 + l39 < s0 && o36 + (l40 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f38[c]) q37[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 8192u % 1u);
-                const int l42 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l41) * args.input_strides[0][0] + (o36 + l42) * args.input_strides[0][1];
-                if (f38[c]) {
-                    const uint4 q = q37[c];
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
+                if (f36[c]) {
+                    const uint4 q = q35[c];
                     v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3623,84 +3146,68 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = (o1 + l41 < s0 && o36 + l42 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 1] = (o1 + l41 < s0 && o36 + (l42 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 2] = (o1 + l41 < s0 && o36 + (l42 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 3] = (o1 + l41 < s0 && o36 + (l42 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 4] = (o1 + l41 < s0 && o36 + (l42 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 5] = (o1 + l41 < s0 && o36 + (l42 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 6] = (o1 + l41 < s0 && o36 + (l42 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 7] = (o1 + l41 < s0 && o36 + (l42 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + l40) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l43 = (int)((unsigned)e / 8192u % 1u);
-                    v20[r] = (v18[r] - (dt_smem + 0)[l43]);
+                    v20[r] = (v18[r] - v5[0]);
                 }
             }
             float v22[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v22[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = args.scalars[0];
             }
             float v23[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v23[r] = (v17[r] + v22[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = (v17[0] + v22[0]);
             }
             float v24[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v24[r] = dt_rsqrt(v23[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = dt_rsqrt(v23[0]);
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-            __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l47 = (int)((unsigned)e / 8192u % 1u);
-                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
+                    v25[r] = (v20[r] * v24[0]);
                 }
             }
             float v26[8];
-            uint4 q49[1];
-            bool f50[1];
+            uint4 q47[1];
+            bool f48[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l51 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l51) * args.input_strides[1][0];
-                f50[c] = args.input_strides[1][0] == 1 && o36 + (l51 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f50[c]) q49[c] = *(const uint4*)(in1 + a);
+                const int l49 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l49) * args.input_strides[1][0];
+                f48[c] = args.input_strides[1][0] == 1 && (unsigned)(o34 + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f48[c]) q47[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l52) * args.input_strides[1][0];
-                if (f50[c]) {
-                    const uint4 q = q49[c];
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l50) * args.input_strides[1][0];
+                if (f48[c]) {
+                    const uint4 q = q47[c];
                     v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3710,14 +3217,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = (o36 + l52 < s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 1] = (o36 + (l52 + 1) < s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 2] = (o36 + (l52 + 2) < s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 3] = (o36 + (l52 + 3) < s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 4] = (o36 + (l52 + 4) < s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 5] = (o36 + (l52 + 5) < s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 6] = (o36 + (l52 + 6) < s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 7] = (o36 + (l52 + 7) < s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 0] = ((unsigned)(o34 + l50) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o34 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o34 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o34 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o34 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o34 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o34 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o34 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -3729,23 +3236,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 }
             }
             float v28[8];
-            uint4 q55[1];
-            bool f56[1];
+            uint4 q53[1];
+            bool f54[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l57 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l57) * args.input_strides[2][0];
-                f56[c] = args.input_strides[2][0] == 1 && o36 + (l57 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f56[c]) q55[c] = *(const uint4*)(in2 + a);
+                const int l55 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l55) * args.input_strides[2][0];
+                f54[c] = args.input_strides[2][0] == 1 && (unsigned)(o34 + (l55 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f54[c]) q53[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l58) * args.input_strides[2][0];
-                if (f56[c]) {
-                    const uint4 q = q55[c];
+                const int l56 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l56) * args.input_strides[2][0];
+                if (f54[c]) {
+                    const uint4 q = q53[c];
                     v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3755,14 +3262,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = (o36 + l58 < s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 1] = (o36 + (l58 + 1) < s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 2] = (o36 + (l58 + 2) < s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 3] = (o36 + (l58 + 3) < s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 4] = (o36 + (l58 + 4) < s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 5] = (o36 + (l58 + 5) < s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 6] = (o36 + (l58 + 6) < s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 7] = (o36 + (l58 + 7) < s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 0] = ((unsigned)(o34 + l56) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o34 + (l56 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o34 + (l56 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o34 + (l56 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o34 + (l56 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o34 + (l56 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o34 + (l56 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o34 + (l56 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -3776,27 +3283,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l61 = (int)((unsigned)e / 8192u % 1u);
-                const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l61) * args.output_strides[0] + (o36 + l62) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l61 < s0 && o36 + (l62 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l59 = (int)((unsigned)e / 8192u % 1u);
+                const int l60 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l61 < s0 && o36 + l62 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -3818,12 +3325,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -3836,7 +3341,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3856,23 +3361,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l11 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l11 < s1) ? v0[r] : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[1];
@@ -3883,85 +3379,73 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 for (int i = 0; i < 1; i++) {
                     p[i] = 0e0f;
                     #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                    for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a13 = 0e0f;
-                    for (int g = 0; g < 32; g++) a13 = a13 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a13;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a11 = 0e0f;
+                for (int g = 0; g < 32; g++) a11 = a11 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v2[r] = a11;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc0[r] = acc0[r] + v2[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = acc0[r] + v2[0];
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v5[r] = dt_fast_div(v3[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = dt_fast_div(v3[0], v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o18 = 0; o18 < s1; o18 += 8192) {
+        for (long long o16 = 0; o16 < s1; o16 += 8192) {
             float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            uint4 q17[1];
+            bool f18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
+                f18[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o16 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 8192u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l21) * args.input_strides[0][0] + (o18 + l22) * args.input_strides[0][1];
-                f20[c] = args.input_strides[0][1] == 1 && o1 + l21 < s0 && o18 + (l22 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l23 = (int)((unsigned)e / 8192u % 1u);
-                const int l24 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l23) * args.input_strides[0][0] + (o18 + l24) * args.input_strides[0][1];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
+                const long long a = (o1 + l21) * args.input_strides[0][0] + (o16 + l22) * args.input_strides[0][1];
+                if (f18[c]) {
+                    const uint4 q = q17[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3971,27 +3455,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = (o1 + l23 < s0 && o18 + l24 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 1] = (o1 + l23 < s0 && o18 + (l24 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 2] = (o1 + l23 < s0 && o18 + (l24 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 3] = (o1 + l23 < s0 && o18 + (l24 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 4] = (o1 + l23 < s0 && o18 + (l24 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 5] = (o1 + l23 < s0 && o18 + (l24 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 6] = (o1 + l23 < s0 && o18 + (l24 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 8 + 7] = (o1 + l23 < s0 && o18 + (l24 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + l22) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l25 = (int)((unsigned)e / 8192u % 1u);
-                    v8[r] = (v6[r] - (dt_smem + 0)[l25]);
+                    v8[r] = (v6[r] - v5[0]);
                 }
             }
             float v12[8];
@@ -4007,8 +3486,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l30 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = (o18 + l30 < s1) ? v12[r] : 0e0f;
+                    const int l28 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o16 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
@@ -4023,64 +3502,56 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a32 = 0e0f;
-                    for (int g = 0; g < 32; g++) a32 = a32 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a32;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a30 = 0e0f;
+                for (int g = 0; g < 32; g++) a30 = a30 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v14[r] = a30;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v14[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v14[0];
             }
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v17[r] = dt_fast_div(v15[r], v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o36 = 0; o36 < s1; o36 += 8192) {
+        for (long long o34 = 0; o34 < s1; o34 += 8192) {
             float v18[8];
-            uint4 q37[1];
-            bool f38[1];
+            uint4 q35[1];
+            bool f36[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l37 = (int)((unsigned)e / 8192u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
+                f36[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o34 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l39 = (int)((unsigned)e / 8192u % 1u);
                 const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o36 + l40) * args.input_strides[0][1];
-                f38[c] = args.input_strides[0][1] == 1 && o1 + l39 < s0 && o36 + (l40 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f38[c]) q37[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l41 = (int)((unsigned)e / 8192u % 1u);
-                const int l42 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l41) * args.input_strides[0][0] + (o36 + l42) * args.input_strides[0][1];
-                if (f38[c]) {
-                    const uint4 q = q37[c];
+                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
+                if (f36[c]) {
+                    const uint4 q = q35[c];
                     v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4090,84 +3561,68 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = (o1 + l41 < s0 && o36 + l42 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 1] = (o1 + l41 < s0 && o36 + (l42 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 2] = (o1 + l41 < s0 && o36 + (l42 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 3] = (o1 + l41 < s0 && o36 + (l42 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 4] = (o1 + l41 < s0 && o36 + (l42 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 5] = (o1 + l41 < s0 && o36 + (l42 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 6] = (o1 + l41 < s0 && o36 + (l42 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 8 + 7] = (o1 + l41 < s0 && o36 + (l42 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + l40) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l43 = (int)((unsigned)e / 8192u % 1u);
-                    v20[r] = (v18[r] - (dt_smem + 0)[l43]);
+                    v20[r] = (v18[r] - v5[0]);
                 }
             }
             float v22[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v22[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = args.scalars[0];
             }
             float v23[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v23[r] = (v17[r] + v22[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = (v17[0] + v22[0]);
             }
             float v24[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v24[r] = dt_rsqrt(v23[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = dt_rsqrt(v23[0]);
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-            __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l47 = (int)((unsigned)e / 8192u % 1u);
-                    v25[r] = (v20[r] * (dt_smem + 0)[l47]);
+                    v25[r] = (v20[r] * v24[0]);
                 }
             }
             float v26[8];
-            uint4 q49[1];
-            bool f50[1];
+            uint4 q47[1];
+            bool f48[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l51 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l51) * args.input_strides[1][0];
-                f50[c] = args.input_strides[1][0] == 1 && o36 + (l51 + 7) < s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f50[c]) q49[c] = *(const uint4*)(in1 + a);
+                const int l49 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l49) * args.input_strides[1][0];
+                f48[c] = args.input_strides[1][0] == 1 && (unsigned)(o34 + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f48[c]) q47[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l52) * args.input_strides[1][0];
-                if (f50[c]) {
-                    const uint4 q = q49[c];
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l50) * args.input_strides[1][0];
+                if (f48[c]) {
+                    const uint4 q = q47[c];
                     v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4177,14 +3632,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = (o36 + l52 < s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 1] = (o36 + (l52 + 1) < s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 2] = (o36 + (l52 + 2) < s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 3] = (o36 + (l52 + 3) < s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 4] = (o36 + (l52 + 4) < s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 5] = (o36 + (l52 + 5) < s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 6] = (o36 + (l52 + 6) < s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 8 + 7] = (o36 + (l52 + 7) < s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 8 + 0] = ((unsigned)(o34 + l50) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o34 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o34 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o34 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o34 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o34 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o34 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o34 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -4196,23 +3651,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 }
             }
             float v28[8];
-            uint4 q55[1];
-            bool f56[1];
+            uint4 q53[1];
+            bool f54[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l57 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l57) * args.input_strides[2][0];
-                f56[c] = args.input_strides[2][0] == 1 && o36 + (l57 + 7) < s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f56[c]) q55[c] = *(const uint4*)(in2 + a);
+                const int l55 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l55) * args.input_strides[2][0];
+                f54[c] = args.input_strides[2][0] == 1 && (unsigned)(o34 + (l55 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f54[c]) q53[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o36 + l58) * args.input_strides[2][0];
-                if (f56[c]) {
-                    const uint4 q = q55[c];
+                const int l56 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o34 + l56) * args.input_strides[2][0];
+                if (f54[c]) {
+                    const uint4 q = q53[c];
                     v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -4222,14 +3677,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = (o36 + l58 < s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 1] = (o36 + (l58 + 1) < s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 2] = (o36 + (l58 + 2) < s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 3] = (o36 + (l58 + 3) < s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 4] = (o36 + (l58 + 4) < s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 5] = (o36 + (l58 + 5) < s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 6] = (o36 + (l58 + 6) < s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 8 + 7] = (o36 + (l58 + 7) < s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 8 + 0] = ((unsigned)(o34 + l56) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o34 + (l56 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o34 + (l56 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o34 + (l56 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o34 + (l56 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o34 + (l56 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o34 + (l56 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o34 + (l56 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -4243,27 +3698,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l61 = (int)((unsigned)e / 8192u % 1u);
-                const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l61) * args.output_strides[0] + (o36 + l62) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l61 < s0 && o36 + (l62 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l59 = (int)((unsigned)e / 8192u % 1u);
+                const int l60 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l61 < s0 && o36 + l62 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if (o1 + l61 < s0 && o36 + (l62 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel layernorm for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4285,12 +3740,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -4301,26 +3754,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = (o1 + l6 < s0 && o3 + l7 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 1] = (o1 + l6 < s0 && o3 + (l7 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 2] = (o1 + l6 < s0 && o3 + (l7 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 3] = (o1 + l6 < s0 && o3 + (l7 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    const int l9 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l9 < s1) ? v0[r] : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[1];
@@ -4331,96 +3775,79 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 for (int i = 0; i < 1; i++) {
                     p[i] = 0e0f;
                     #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v1[i * 8 + q];
+                    for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a11 = 0e0f;
-                    for (int g = 0; g < 32; g++) a11 = a11 + (dt_smem + 4)[g * 1 + e];
-                    v2[r] = a11;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a9 = 0e0f;
+                for (int g = 0; g < 32; g++) a9 = a9 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v2[r] = a9;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc0[r] = acc0[r] + v2[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = acc0[r] + v2[0];
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         float v4[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v4[r] = (float)s1;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
         }
         float v5[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v5[r] = (v3[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v5[r] = (v3[0] / v4[0]);
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o16 = 0; o16 < s1; o16 += 8192) {
+        for (long long o14 = 0; o14 < s1; o14 += 8192) {
             float v6[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l19 < s0 && o16 + (l20 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l17 = (int)((unsigned)e / 8192u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l17) * args.input_strides[0][0] + (o14 + l18) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = (o1 + l19 < s0 && o16 + l20 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 1] = (o1 + l19 < s0 && o16 + (l20 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 2] = (o1 + l19 < s0 && o16 + (l20 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v6[c * 4 + 3] = (o1 + l19 < s0 && o16 + (l20 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v6[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + l18) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v8[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l21 = (int)((unsigned)e / 8192u % 1u);
-                    v8[r] = (v6[r] - (dt_smem + 0)[l21]);
+                    v8[r] = (v6[r] - v5[0]);
                 }
             }
             float v12[8];
@@ -4436,8 +3863,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = (o16 + l26 < s1) ? v12[r] : 0e0f;
+                    const int l24 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o14 + l24) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
             float v14[1];
@@ -4452,131 +3879,107 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    float a28 = 0e0f;
-                    for (int g = 0; g < 32; g++) a28 = a28 + (dt_smem + 4)[g * 1 + e];
-                    v14[r] = a28;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a26 = 0e0f;
+                for (int g = 0; g < 32; g++) a26 = a26 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v14[r] = a26;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v14[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v14[0];
             }
         }
         float v15[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v15[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v15[r] = acc2[r];
         }
         float v17[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v17[r] = (v15[r] / v4[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o32 = 0; o32 < s1; o32 += 8192) {
+        for (long long o30 = 0; o30 < s1; o30 += 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l35 = (int)((unsigned)e / 8192u % 1u);
-                const int l36 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l35 < s0 && o32 + (l36 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l33 = (int)((unsigned)e / 8192u % 1u);
+                const int l34 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l33) * args.input_strides[0][0] + (o30 + l34) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = (o1 + l35 < s0 && o32 + l36 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 1] = (o1 + l35 < s0 && o32 + (l36 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 2] = (o1 + l35 < s0 && o32 + (l36 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v18[c * 4 + 3] = (o1 + l35 < s0 && o32 + (l36 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + l34) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v20[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l37 = (int)((unsigned)e / 8192u % 1u);
-                    v20[r] = (v18[r] - (dt_smem + 0)[l37]);
+                    v20[r] = (v18[r] - v5[0]);
                 }
             }
             float v22[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v22[r] = args.scalars[0];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = args.scalars[0];
             }
             float v23[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v23[r] = (v17[r] + v22[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v23[r] = (v17[0] + v22[0]);
             }
             float v24[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 1024;
-                if (e < 1) {
-                    v24[r] = dt_rsqrt(v23[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v24[r] = dt_rsqrt(v23[0]);
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v24[r]; }
-            __syncthreads();
             float v25[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l41 = (int)((unsigned)e / 8192u % 1u);
-                    v25[r] = (v20[r] * (dt_smem + 0)[l41]);
+                    v25[r] = (v20[r] * v24[0]);
                 }
             }
             float v26[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l45 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o32 + l45) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && o32 + (l45 + 3) < s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l43 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o30 + l43) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && (unsigned)(o30 + (l43 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = (o32 + l45 < s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 1] = (o32 + (l45 + 1) < s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 2] = (o32 + (l45 + 2) < s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0.0f;
-                    v26[c * 4 + 3] = (o32 + (l45 + 3) < s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0.0f;
+                    v26[c * 4 + 0] = ((unsigned)(o30 + l43) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o30 + (l43 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o30 + (l43 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o30 + (l43 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[8];
@@ -4591,19 +3994,19 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o32 + l50) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && o32 + (l50 + 3) < s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l48 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o30 + l48) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && (unsigned)(o30 + (l48 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = (o32 + l50 < s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 1] = (o32 + (l50 + 1) < s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 2] = (o32 + (l50 + 2) < s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0.0f;
-                    v28[c * 4 + 3] = (o32 + (l50 + 3) < s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0.0f;
+                    v28[c * 4 + 0] = ((unsigned)(o30 + l48) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o30 + (l48 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o30 + (l48 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o30 + (l48 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[8];
@@ -4617,16 +4020,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l53 = (int)((unsigned)e / 8192u % 1u);
-                const int l54 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l53) * args.output_strides[0] + (o32 + l54) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l53 < s0 && o32 + (l54 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l51 = (int)((unsigned)e / 8192u % 1u);
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l51) * args.output_strides[0] + (o30 + l52) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if (o1 + l53 < s0 && o32 + l54 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if (o1 + l53 < s0 && o32 + (l54 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if (o1 + l53 < s0 && o32 + (l54 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if (o1 + l53 < s0 && o32 + (l54 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + l52) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

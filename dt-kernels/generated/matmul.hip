@@ -251,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
@@ -271,14 +271,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                         v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -288,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                     (void)e; {
                         const int l12 = (int)((unsigned)e / 32u % 128u);
                         const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -333,17 +333,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(const dt_args args) 
                 const int l21 = (int)((unsigned)e / 128u % 128u);
                 const int l22 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v3[c * 8 + 0]) | ((unsigned)dt_store_f16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 2]) | ((unsigned)dt_store_f16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 4]) | ((unsigned)dt_store_f16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v3[c * 8 + 6]) | ((unsigned)dt_store_f16(v3[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 4]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 5]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 6]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -398,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
@@ -418,14 +418,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                         v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -435,7 +435,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                     (void)e; {
                         const int l12 = (int)((unsigned)e / 32u % 128u);
                         const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -480,17 +480,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(const dt_args args)
                 const int l21 = (int)((unsigned)e / 128u % 128u);
                 const int l22 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l21 < s0 && o2 + (l22 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v3[c * 8 + 0]) | ((unsigned)dt_store_bf16(v3[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 2]) | ((unsigned)dt_store_bf16(v3[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 4]) | ((unsigned)dt_store_bf16(v3[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v3[c * 8 + 6]) | ((unsigned)dt_store_bf16(v3[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l21 < s0 && o2 + l22 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
-                    if (o1 + l21 < s0 && o2 + (l22 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 4]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 5]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 6]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v3[c * 8 + 7]);
                 }
             }
         }
@@ -543,17 +543,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = (o1 + l8 < s0 && o5 + l9 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 1] = (o1 + l8 < s0 && o5 + (l9 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 2] = (o1 + l8 < s0 && o5 + (l9 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 3] = (o1 + l8 < s0 && o5 + (l9 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -563,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                     (void)e; {
                         const int l10 = (int)((unsigned)e / 32u % 128u);
                         const int l11 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l11 < s2 && o2 + l10 < s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -608,13 +608,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 const int l19 = (int)((unsigned)e / 128u % 128u);
                 const int l20 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l19) * args.output_strides[0] + (o2 + l20) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l19 < s0 && o2 + (l20 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
                 } else {
-                    if (o1 + l19 < s0 && o2 + l20 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
-                    if (o1 + l19 < s0 && o2 + (l20 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
-                    if (o1 + l19 < s0 && o2 + (l20 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
-                    if (o1 + l19 < s0 && o2 + (l20 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
                 }
             }
         }

@@ -123,12 +123,12 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
                     for (long long l6 = 0; l6 < 128; l6++) {
                         for (long long l7 = 0; l7 < 32; l7++) {
-                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0.0f;
+                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                         }
                     }
                     for (long long l8 = 0; l8 < 128; l8++) {
                         for (long long l9 = 0; l9 < 32; l9++) {
-                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0.0f;
+                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f16(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
                         }
                     }
                     for (long long l10 = 0; l10 < 128; l10++) {
@@ -215,12 +215,12 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
                     for (long long l6 = 0; l6 < 128; l6++) {
                         for (long long l7 = 0; l7 < 32; l7++) {
-                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0.0f;
+                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                         }
                     }
                     for (long long l8 = 0; l8 < 128; l8++) {
                         for (long long l9 = 0; l9 < 32; l9++) {
-                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0.0f;
+                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_bf16(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
                         }
                     }
                     for (long long l10 = 0; l10 < 128; l10++) {
@@ -307,12 +307,12 @@ void dt_out_f32(const dt_args* args, long long first, long long last) {
                 for (long long o5 = 0; o5 < s2; o5 += 32) {
                     for (long long l6 = 0; l6 < 128; l6++) {
                         for (long long l7 = 0; l7 < 32; l7++) {
-                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0.0f;
+                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                         }
                     }
                     for (long long l8 = 0; l8 < 128; l8++) {
                         for (long long l9 = 0; l9 < 32; l9++) {
-                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0.0f;
+                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
                         }
                     }
                     for (long long l10 = 0; l10 < 128; l10++) {

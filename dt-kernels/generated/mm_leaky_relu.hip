@@ -251,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
@@ -271,14 +271,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                         v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -288,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                     (void)e; {
                         const int l12 = (int)((unsigned)e / 32u % 128u);
                         const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -328,43 +328,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 }
             }
             float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v5[r] = 0e0f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
+                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
             }
             float v8[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v8[r] = 1e-2f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v10[r] = ((dt_smem + 0)[0] * v3[r]);
+                    v10[r] = (v8[0] * v3[r]);
                 }
             }
             float v11[64];
@@ -381,17 +369,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 const int l27 = (int)((unsigned)e / 128u % 128u);
                 const int l28 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l27) * args.output_strides[0] + (o2 + l28) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l27 < s0 && o2 + (l28 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v11[c * 8 + 0]) | ((unsigned)dt_store_f16(v11[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 2]) | ((unsigned)dt_store_f16(v11[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 4]) | ((unsigned)dt_store_f16(v11[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v11[c * 8 + 6]) | ((unsigned)dt_store_f16(v11[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l27 < s0 && o2 + l28 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 0]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 1]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 2]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 3]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 4]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 5]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 6]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 7]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 0]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 1]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 2]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 3]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 4]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 5]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 6]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 7]);
                 }
             }
         }
@@ -446,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 7) < s2 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
@@ -466,14 +454,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                         v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                         v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                     } else {
-                        v0[c * 8 + 0] = (o1 + l10 < s0 && o5 + l11 < s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 1] = (o1 + l10 < s0 && o5 + (l11 + 1) < s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 2] = (o1 + l10 < s0 && o5 + (l11 + 2) < s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 3] = (o1 + l10 < s0 && o5 + (l11 + 3) < s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 4] = (o1 + l10 < s0 && o5 + (l11 + 4) < s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 5] = (o1 + l10 < s0 && o5 + (l11 + 5) < s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 6] = (o1 + l10 < s0 && o5 + (l11 + 6) < s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 8 + 7] = (o1 + l10 < s0 && o5 + (l11 + 7) < s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -483,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                     (void)e; {
                         const int l12 = (int)((unsigned)e / 32u % 128u);
                         const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l13 < s2 && o2 + l12 < s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -523,43 +511,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 }
             }
             float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v5[r] = 0e0f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
+                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
             }
             float v8[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v8[r] = 1e-2f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                 (void)e; {
-                    v10[r] = ((dt_smem + 0)[0] * v3[r]);
+                    v10[r] = (v8[0] * v3[r]);
                 }
             }
             float v11[64];
@@ -576,17 +552,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 const int l27 = (int)((unsigned)e / 128u % 128u);
                 const int l28 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l27) * args.output_strides[0] + (o2 + l28) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l27 < s0 && o2 + (l28 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v11[c * 8 + 0]) | ((unsigned)dt_store_bf16(v11[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 2]) | ((unsigned)dt_store_bf16(v11[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 4]) | ((unsigned)dt_store_bf16(v11[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v11[c * 8 + 6]) | ((unsigned)dt_store_bf16(v11[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l27 < s0 && o2 + l28 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 0]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 1]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 2]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 3]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 4]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 5]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 6]);
-                    if (o1 + l27 < s0 && o2 + (l28 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 7]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 0]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 1]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 2]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 3]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 4]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 5]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 6]);
+                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 7]);
                 }
             }
         }
@@ -639,17 +615,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
                     const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && o1 + l8 < s0 && o5 + (l9 + 3) < s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = (o1 + l8 < s0 && o5 + l9 < s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 1] = (o1 + l8 < s0 && o5 + (l9 + 1) < s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 2] = (o1 + l8 < s0 && o5 + (l9 + 2) < s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                        v0[c * 4 + 3] = (o1 + l8 < s0 && o5 + (l9 + 3) < s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -659,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                     (void)e; {
                         const int l10 = (int)((unsigned)e / 32u % 128u);
                         const int l11 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = (o5 + l11 < s2 && o2 + l10 < s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0.0f;
+                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -699,43 +675,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 }
             }
             float v5[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v5[r] = 0e0f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v5[r]; }
-            __syncthreads();
             float v6[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
-                    v6[r] = ((v3[r]) > ((dt_smem + 0)[0]) ? 1.0f : 0.0f);
+                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                 }
             }
             float v8[1];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 256;
-                if (e < 1) {
-                    v8[r] = 1e-2f;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v8[r]; }
-            __syncthreads();
             float v10[64];
             #pragma unroll 1
             for (int r = 0; r < 64; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
-                    v10[r] = ((dt_smem + 0)[0] * v3[r]);
+                    v10[r] = (v8[0] * v3[r]);
                 }
             }
             float v11[64];
@@ -752,13 +716,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 const int l25 = (int)((unsigned)e / 128u % 128u);
                 const int l26 = (int)((unsigned)e / 1u % 128u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l25 < s0 && o2 + (l26 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
                 } else {
-                    if (o1 + l25 < s0 && o2 + l26 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if (o1 + l25 < s0 && o2 + (l26 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
                 }
             }
         }

@@ -109,63 +109,58 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 10247)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 10247)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 10249)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10249)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
+                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
+                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                (arena + 6147)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
-                (arena + 6147)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 6148)[l21] = (arena + 10249)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 6148)[l23] = (arena + 10249)[l23];
+                for (long long l23 = 0; l23 < 1024; l23++) {
+                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 1024; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 9223)[l26 * 1024 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f16((arena + 9223)[l24 * 1024 + l25]);
                 }
             }
         }
@@ -197,63 +192,58 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 10247)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 10247)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 10249)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10249)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
+                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
+                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                (arena + 6147)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
-                (arena + 6147)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 6148)[l21] = (arena + 10249)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 6148)[l23] = (arena + 10249)[l23];
+                for (long long l23 = 0; l23 < 1024; l23++) {
+                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 1024; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 9223)[l26 * 1024 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_bf16((arena + 9223)[l24 * 1024 + l25]);
                 }
             }
         }
@@ -285,63 +275,58 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
-                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 1024 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 1024; l6++) {
-                    (arena + 1024)[l5 * 1024 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 1024 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 1024; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 1024 + r6 * 1]);
+                (arena + 2048)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 1024; r8++) a9 = fmaxf(a9, (arena + 1024)[l7 * 1024 + r8 * 1]);
-                (arena + 2048)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10247)[l10] = fmaxf((arena + 10247)[l10], (arena + 2048)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 2049)[l11] = (arena + 10247)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 2049)[l9] = (arena + 10247)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 10249)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 10249)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 3075)[l13 * 1024 + l14] = ((arena + 0)[l13 * 1024 + l14] - (arena + 2049)[l13]);
+                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 4099)[l15 * 1024 + l16] = expf((arena + 3075)[l15 * 1024 + l16]);
+                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 1024; l18++) {
-                    (arena + 5123)[l17 * 1024 + l18] = (0 + l18 < s1) ? (arena + 4099)[l17 * 1024 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 1024; r18++) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
+                (arena + 6147)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 1024; r20++) a21 = a21 + (arena + 5123)[l19 * 1024 + r20 * 1];
-                (arena + 6147)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 6148)[l21] = (arena + 10249)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 10249)[l22] = (arena + 10249)[l22] + (arena + 6147)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 6148)[l23] = (arena + 10249)[l23];
+                for (long long l23 = 0; l23 < 1024; l23++) {
+                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 1024; l25++) {
-                    (arena + 9223)[l24 * 1024 + l25] = ((arena + 4099)[l24 * 1024 + l25] / (arena + 6148)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 1024; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 9223)[l26 * 1024 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f32((arena + 9223)[l24 * 1024 + l25]);
                 }
             }
         }
@@ -373,63 +358,58 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = fmaxf(a9, (arena + 4096)[l7 * 4096 + r8 * 1]);
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 40967)[l8] = fmaxf((arena + 40967)[l8], (arena + 8192)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 40967)[l10] = fmaxf((arena + 40967)[l10], (arena + 8192)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 40967)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 40967)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40969)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 40969)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 4096; l12++) {
+                    (arena + 12291)[l11 * 4096 + l12] = ((arena + 0)[l11 * 4096 + l12] - (arena + 8193)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 4096; l14++) {
-                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                    (arena + 16387)[l13 * 4096 + l14] = expf((arena + 12291)[l13 * 4096 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 4096; l16++) {
-                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
+                    (arena + 20483)[l15 * 4096 + l16] = (0 + l16 < s1) ? (arena + 16387)[l15 * 4096 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                (arena + 24579)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
-                (arena + 24579)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 40969)[l20] = (arena + 40969)[l20] + (arena + 24579)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 24580)[l21] = (arena + 40969)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 24580)[l23] = (arena + 40969)[l23];
+                for (long long l23 = 0; l23 < 4096; l23++) {
+                    (arena + 36871)[l22 * 4096 + l23] = ((arena + 16387)[l22 * 4096 + l23] / (arena + 24580)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 4096; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 36871)[l26 * 4096 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f16((arena + 36871)[l24 * 4096 + l25]);
                 }
             }
         }
@@ -461,63 +441,58 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = fmaxf(a9, (arena + 4096)[l7 * 4096 + r8 * 1]);
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 40967)[l8] = fmaxf((arena + 40967)[l8], (arena + 8192)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 40967)[l10] = fmaxf((arena + 40967)[l10], (arena + 8192)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 40967)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 40967)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40969)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 40969)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 4096; l12++) {
+                    (arena + 12291)[l11 * 4096 + l12] = ((arena + 0)[l11 * 4096 + l12] - (arena + 8193)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 4096; l14++) {
-                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                    (arena + 16387)[l13 * 4096 + l14] = expf((arena + 12291)[l13 * 4096 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 4096; l16++) {
-                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
+                    (arena + 20483)[l15 * 4096 + l16] = (0 + l16 < s1) ? (arena + 16387)[l15 * 4096 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                (arena + 24579)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
-                (arena + 24579)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 40969)[l20] = (arena + 40969)[l20] + (arena + 24579)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 24580)[l21] = (arena + 40969)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 24580)[l23] = (arena + 40969)[l23];
+                for (long long l23 = 0; l23 < 4096; l23++) {
+                    (arena + 36871)[l22 * 4096 + l23] = ((arena + 16387)[l22 * 4096 + l23] / (arena + 24580)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 4096; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 36871)[l26 * 4096 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_bf16((arena + 36871)[l24 * 4096 + l25]);
                 }
             }
         }
@@ -549,63 +524,58 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 4096; l4++) {
-                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 4096 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 4096; l6++) {
-                    (arena + 4096)[l5 * 4096 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 4096 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 4096; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 4096 + r6 * 1]);
+                (arena + 8192)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 4096; r8++) a9 = fmaxf(a9, (arena + 4096)[l7 * 4096 + r8 * 1]);
-                (arena + 8192)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 40967)[l8] = fmaxf((arena + 40967)[l8], (arena + 8192)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 40967)[l10] = fmaxf((arena + 40967)[l10], (arena + 8192)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 8193)[l11] = (arena + 40967)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 8193)[l9] = (arena + 40967)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 40969)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 40969)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 4096; l12++) {
+                    (arena + 12291)[l11 * 4096 + l12] = ((arena + 0)[l11 * 4096 + l12] - (arena + 8193)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 4096; l14++) {
-                    (arena + 12291)[l13 * 4096 + l14] = ((arena + 0)[l13 * 4096 + l14] - (arena + 8193)[l13]);
+                    (arena + 16387)[l13 * 4096 + l14] = expf((arena + 12291)[l13 * 4096 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 4096; l16++) {
-                    (arena + 16387)[l15 * 4096 + l16] = expf((arena + 12291)[l15 * 4096 + l16]);
+                    (arena + 20483)[l15 * 4096 + l16] = (0 + l16 < s1) ? (arena + 16387)[l15 * 4096 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 4096; l18++) {
-                    (arena + 20483)[l17 * 4096 + l18] = (0 + l18 < s1) ? (arena + 16387)[l17 * 4096 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 4096; r18++) a19 = a19 + (arena + 20483)[l17 * 4096 + r18 * 1];
+                (arena + 24579)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 4096; r20++) a21 = a21 + (arena + 20483)[l19 * 4096 + r20 * 1];
-                (arena + 24579)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 40969)[l20] = (arena + 40969)[l20] + (arena + 24579)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 24580)[l21] = (arena + 40969)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 40969)[l22] = (arena + 40969)[l22] + (arena + 24579)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 24580)[l23] = (arena + 40969)[l23];
+                for (long long l23 = 0; l23 < 4096; l23++) {
+                    (arena + 36871)[l22 * 4096 + l23] = ((arena + 16387)[l22 * 4096 + l23] / (arena + 24580)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 4096; l25++) {
-                    (arena + 36871)[l24 * 4096 + l25] = ((arena + 16387)[l24 * 4096 + l25] / (arena + 24580)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 4096; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 36871)[l26 * 4096 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f32((arena + 36871)[l24 * 4096 + l25]);
                 }
             }
         }
@@ -637,63 +607,58 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = fmaxf(a9, (arena + 16384)[l7 * 16384 + r8 * 1]);
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 163847)[l8] = fmaxf((arena + 163847)[l8], (arena + 32768)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 163847)[l10] = fmaxf((arena + 163847)[l10], (arena + 32768)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 163847)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 163847)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163849)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 163849)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 16384; l12++) {
+                    (arena + 49155)[l11 * 16384 + l12] = ((arena + 0)[l11 * 16384 + l12] - (arena + 32769)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 16384; l14++) {
-                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                    (arena + 65539)[l13 * 16384 + l14] = expf((arena + 49155)[l13 * 16384 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 16384; l16++) {
-                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
+                    (arena + 81923)[l15 * 16384 + l16] = (0 + l16 < s1) ? (arena + 65539)[l15 * 16384 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                (arena + 98307)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
-                (arena + 98307)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 163849)[l20] = (arena + 163849)[l20] + (arena + 98307)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 98308)[l21] = (arena + 163849)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 98308)[l23] = (arena + 163849)[l23];
+                for (long long l23 = 0; l23 < 16384; l23++) {
+                    (arena + 147463)[l22 * 16384 + l23] = ((arena + 65539)[l22 * 16384 + l23] / (arena + 98308)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 16384; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l26 * 16384 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l24 * 16384 + l25]);
                 }
             }
         }
@@ -725,63 +690,58 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = fmaxf(a9, (arena + 16384)[l7 * 16384 + r8 * 1]);
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 163847)[l8] = fmaxf((arena + 163847)[l8], (arena + 32768)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 163847)[l10] = fmaxf((arena + 163847)[l10], (arena + 32768)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 163847)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 163847)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163849)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 163849)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 16384; l12++) {
+                    (arena + 49155)[l11 * 16384 + l12] = ((arena + 0)[l11 * 16384 + l12] - (arena + 32769)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 16384; l14++) {
-                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                    (arena + 65539)[l13 * 16384 + l14] = expf((arena + 49155)[l13 * 16384 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 16384; l16++) {
-                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
+                    (arena + 81923)[l15 * 16384 + l16] = (0 + l16 < s1) ? (arena + 65539)[l15 * 16384 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                (arena + 98307)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
-                (arena + 98307)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 163849)[l20] = (arena + 163849)[l20] + (arena + 98307)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 98308)[l21] = (arena + 163849)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 98308)[l23] = (arena + 163849)[l23];
+                for (long long l23 = 0; l23 < 16384; l23++) {
+                    (arena + 147463)[l22 * 16384 + l23] = ((arena + 65539)[l22 * 16384 + l23] / (arena + 98308)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 16384; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l26 * 16384 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l24 * 16384 + l25]);
                 }
             }
         }
@@ -813,63 +773,58 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : 0.0f;
+                    (arena + 0)[l3 * 16384 + l4] = (o1 + l3 < s0 && 0 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (0 + l4) * args->input_strides[0][1]]) : (-INFINITY);
                 }
             }
             for (long long l5 = 0; l5 < 1; l5++) {
-                for (long long l6 = 0; l6 < 16384; l6++) {
-                    (arena + 16384)[l5 * 16384 + l6] = (0 + l6 < s1) ? (arena + 0)[l5 * 16384 + l6] : (-INFINITY);
-                }
+                float a7 = (-INFINITY);
+                for (long long r6 = 0; r6 < 16384; r6++) a7 = fmaxf(a7, (arena + 0)[l5 * 16384 + r6 * 1]);
+                (arena + 32768)[l5] = a7;
             }
-            for (long long l7 = 0; l7 < 1; l7++) {
-                float a9 = (-INFINITY);
-                for (long long r8 = 0; r8 < 16384; r8++) a9 = fmaxf(a9, (arena + 16384)[l7 * 16384 + r8 * 1]);
-                (arena + 32768)[l7] = a9;
+            for (long long l8 = 0; l8 < 1; l8++) {
+                (arena + 163847)[l8] = fmaxf((arena + 163847)[l8], (arena + 32768)[l8]);
             }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 163847)[l10] = fmaxf((arena + 163847)[l10], (arena + 32768)[l10]);
-            }
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 32769)[l11] = (arena + 163847)[l11];
+            for (long long l9 = 0; l9 < 1; l9++) {
+                (arena + 32769)[l9] = (arena + 163847)[l9];
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 163849)[l12] = 0e0f;
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 163849)[l10] = 0e0f;
+            }
+            for (long long l11 = 0; l11 < 1; l11++) {
+                for (long long l12 = 0; l12 < 16384; l12++) {
+                    (arena + 49155)[l11 * 16384 + l12] = ((arena + 0)[l11 * 16384 + l12] - (arena + 32769)[l11]);
+                }
             }
             for (long long l13 = 0; l13 < 1; l13++) {
                 for (long long l14 = 0; l14 < 16384; l14++) {
-                    (arena + 49155)[l13 * 16384 + l14] = ((arena + 0)[l13 * 16384 + l14] - (arena + 32769)[l13]);
+                    (arena + 65539)[l13 * 16384 + l14] = expf((arena + 49155)[l13 * 16384 + l14]);
                 }
             }
             for (long long l15 = 0; l15 < 1; l15++) {
                 for (long long l16 = 0; l16 < 16384; l16++) {
-                    (arena + 65539)[l15 * 16384 + l16] = expf((arena + 49155)[l15 * 16384 + l16]);
+                    (arena + 81923)[l15 * 16384 + l16] = (0 + l16 < s1) ? (arena + 65539)[l15 * 16384 + l16] : 0e0f;
                 }
             }
             for (long long l17 = 0; l17 < 1; l17++) {
-                for (long long l18 = 0; l18 < 16384; l18++) {
-                    (arena + 81923)[l17 * 16384 + l18] = (0 + l18 < s1) ? (arena + 65539)[l17 * 16384 + l18] : 0e0f;
-                }
+                float a19 = 0e0f;
+                for (long long r18 = 0; r18 < 16384; r18++) a19 = a19 + (arena + 81923)[l17 * 16384 + r18 * 1];
+                (arena + 98307)[l17] = a19;
             }
-            for (long long l19 = 0; l19 < 1; l19++) {
-                float a21 = 0e0f;
-                for (long long r20 = 0; r20 < 16384; r20++) a21 = a21 + (arena + 81923)[l19 * 16384 + r20 * 1];
-                (arena + 98307)[l19] = a21;
+            for (long long l20 = 0; l20 < 1; l20++) {
+                (arena + 163849)[l20] = (arena + 163849)[l20] + (arena + 98307)[l20];
+            }
+            for (long long l21 = 0; l21 < 1; l21++) {
+                (arena + 98308)[l21] = (arena + 163849)[l21];
             }
             for (long long l22 = 0; l22 < 1; l22++) {
-                (arena + 163849)[l22] = (arena + 163849)[l22] + (arena + 98307)[l22];
-            }
-            for (long long l23 = 0; l23 < 1; l23++) {
-                (arena + 98308)[l23] = (arena + 163849)[l23];
+                for (long long l23 = 0; l23 < 16384; l23++) {
+                    (arena + 147463)[l22 * 16384 + l23] = ((arena + 65539)[l22 * 16384 + l23] / (arena + 98308)[l22]);
+                }
             }
             for (long long l24 = 0; l24 < 1; l24++) {
                 for (long long l25 = 0; l25 < 16384; l25++) {
-                    (arena + 147463)[l24 * 16384 + l25] = ((arena + 65539)[l24 * 16384 + l25] / (arena + 98308)[l24]);
-                }
-            }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                for (long long l27 = 0; l27 < 16384; l27++) {
-                    if (o1 + l26 < s0 && 0 + l27 < s1) out[(o1 + l26) * args->output_strides[0] + (0 + l27) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l26 * 16384 + l27]);
+                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l24 * 16384 + l25]);
                 }
             }
         }
@@ -903,89 +858,84 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
-                    }
+                    float a8 = (-INFINITY);
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 81927)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 81927)[l10];
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 81929)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 81929)[l11] = 0e0f;
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_f16(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_f16(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
+                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
+                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
-                    }
+                    float a23 = 0e0f;
+                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
+                    (arena + 49155)[l21] = a23;
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    float a25 = 0e0f;
-                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
-                    (arena + 49155)[l23] = a25;
-                }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
                 }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 49156)[l27] = (arena + 81929)[l27];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 49156)[l25] = (arena + 81929)[l25];
             }
             /* softmax.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_f16(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l37 * 8192 + l38]);
+                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l35 * 8192 + l36]);
                     }
                 }
             }
@@ -1020,89 +970,84 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
-                    }
+                    float a8 = (-INFINITY);
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 81927)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 81927)[l10];
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 81929)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 81929)[l11] = 0e0f;
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_bf16(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_bf16(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
+                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
+                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
-                    }
+                    float a23 = 0e0f;
+                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
+                    (arena + 49155)[l21] = a23;
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    float a25 = 0e0f;
-                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
-                    (arena + 49155)[l23] = a25;
-                }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
                 }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 49156)[l27] = (arena + 81929)[l27];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 49156)[l25] = (arena + 81929)[l25];
             }
             /* softmax.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_bf16(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_bf16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l37 * 8192 + l38]);
+                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l35 * 8192 + l36]);
                     }
                 }
             }
@@ -1137,89 +1082,84 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
             for (long long o3 = 0; o3 < s1; o3 += 8192) {
                 for (long long l4 = 0; l4 < 1; l4++) {
                     for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 8192)[l6 * 8192 + l7] = (o3 + l7 < s1) ? (arena + 0)[l6 * 8192 + l7] : (-INFINITY);
-                    }
+                    float a8 = (-INFINITY);
+                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
+                    (arena + 16384)[l6] = a8;
                 }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    float a10 = (-INFINITY);
-                    for (long long r9 = 0; r9 < 8192; r9++) a10 = fmaxf(a10, (arena + 8192)[l8 * 8192 + r9 * 1]);
-                    (arena + 16384)[l8] = a10;
-                }
-                for (long long l11 = 0; l11 < 1; l11++) {
-                    (arena + 81927)[l11] = fmaxf((arena + 81927)[l11], (arena + 16384)[l11]);
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
                 }
             }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 16385)[l12] = (arena + 81927)[l12];
+            for (long long l10 = 0; l10 < 1; l10++) {
+                (arena + 16385)[l10] = (arena + 81927)[l10];
             }
             /* rsum identity */
-            for (long long l13 = 0; l13 < 1; l13++) {
-                (arena + 81929)[l13] = 0e0f;
+            for (long long l11 = 0; l11 < 1; l11++) {
+                (arena + 81929)[l11] = 0e0f;
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o14 = 0; o14 < s1; o14 += 8192) {
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_f32(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 16386)[l15 * 8192 + l16] = (o1 + l15 < s0 && o14 + l16 < s1) ? dt_load_f32(in0[(o1 + l15) * args->input_strides[0][0] + (o14 + l16) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
                     }
                 }
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 24579)[l17 * 8192 + l18] = ((arena + 16386)[l17 * 8192 + l18] - (arena + 16385)[l17]);
+                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 32771)[l19 * 8192 + l20] = expf((arena + 24579)[l19 * 8192 + l20]);
+                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 40963)[l21 * 8192 + l22] = (o14 + l22 < s1) ? (arena + 32771)[l21 * 8192 + l22] : 0e0f;
-                    }
+                    float a23 = 0e0f;
+                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
+                    (arena + 49155)[l21] = a23;
                 }
-                for (long long l23 = 0; l23 < 1; l23++) {
-                    float a25 = 0e0f;
-                    for (long long r24 = 0; r24 < 8192; r24++) a25 = a25 + (arena + 40963)[l23 * 8192 + r24 * 1];
-                    (arena + 49155)[l23] = a25;
-                }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    (arena + 81929)[l26] = (arena + 81929)[l26] + (arena + 49155)[l26];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
                 }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 49156)[l27] = (arena + 81929)[l27];
+            for (long long l25 = 0; l25 < 1; l25++) {
+                (arena + 49156)[l25] = (arena + 81929)[l25];
             }
             /* softmax.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
+            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_f32(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                    }
+                }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 49157)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f32(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0.0f;
+                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 57350)[l31 * 8192 + l32] = ((arena + 49157)[l31 * 8192 + l32] - (arena + 16385)[l31]);
+                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 65542)[l33 * 8192 + l34] = expf((arena + 57350)[l33 * 8192 + l34]);
+                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 73735)[l35 * 8192 + l36] = ((arena + 65542)[l35 * 8192 + l36] / (arena + 49156)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        if (o1 + l37 < s0 && o28 + l38 < s1) out[(o1 + l37) * args->output_strides[0] + (o28 + l38) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l37 * 8192 + l38]);
+                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l35 * 8192 + l36]);
                     }
                 }
             }

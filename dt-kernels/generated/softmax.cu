@@ -203,7 +203,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 32 bytes of shared memory */
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -223,12 +223,10 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -239,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -259,23 +257,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -286,57 +275,43 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 2; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1024u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -352,8 +327,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -367,70 +342,58 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 2; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 1024u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 1024u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 32 bytes of shared memory */
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -450,12 +413,10 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -466,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -486,23 +447,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -513,57 +465,43 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 2; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1024u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -579,8 +517,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -594,70 +532,58 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 2; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 1024u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 1024u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 1024u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 32 bytes of shared memory */
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -677,12 +603,10 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         #pragma unroll
@@ -691,26 +615,17 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 1024u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -721,57 +636,43 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a10 = (-INFINITY);
-                for (int g = 0; g < 2; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = (-INFINITY);
+            for (int g = 0; g < 2; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l14 = (int)((unsigned)e / 1024u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -787,8 +688,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
+                const int l17 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -802,66 +703,54 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                float a21 = 0e0f;
-                for (int g = 0; g < 2; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a21;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a19 = 0e0f;
+            for (int g = 0; g < 2; g++) a19 = a19 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a19;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 64;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 64; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (int)((unsigned)e / 1024u % 1u);
-                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
+                v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l24 = (int)((unsigned)e / 1024u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 1024u);
+            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 48 bytes of shared memory */
+/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -881,12 +770,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -897,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -917,23 +804,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -944,57 +822,43 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 4096u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -1010,8 +874,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1025,70 +889,58 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 8; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 4096u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 48 bytes of shared memory */
+/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1108,12 +960,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -1124,7 +974,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1144,23 +994,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1171,57 +1012,43 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 4096u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -1237,8 +1064,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1252,70 +1079,58 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 8; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 4096u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 48 bytes of shared memory */
+/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1335,12 +1150,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         #pragma unroll
@@ -1349,26 +1162,17 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 4096u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1379,57 +1183,43 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a10 = (-INFINITY);
-                for (int g = 0; g < 8; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l14 = (int)((unsigned)e / 4096u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -1445,8 +1235,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
+                const int l17 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1460,66 +1250,54 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                float a21 = 0e0f;
-                for (int g = 0; g < 8; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a21;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a19 = 0e0f;
+            for (int g = 0; g < 8; g++) a19 = a19 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a19;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 256;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (int)((unsigned)e / 4096u % 1u);
-                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
+                v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 4096u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l24 = (int)((unsigned)e / 4096u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1539,12 +1317,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -1555,7 +1331,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1575,23 +1351,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1602,57 +1369,43 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 16384u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -1668,8 +1421,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1683,70 +1436,58 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 32; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 16384u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 16384u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1766,12 +1507,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         uint4 q3[2];
@@ -1782,7 +1521,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -1802,23 +1541,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = (o1 + l7 < s0 && 0 + l8 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 1] = (o1 + l7 < s0 && 0 + (l8 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 2] = (o1 + l7 < s0 && 0 + (l8 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 3] = (o1 + l7 < s0 && 0 + (l8 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 4] = (o1 + l7 < s0 && 0 + (l8 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 5] = (o1 + l7 < s0 && 0 + (l8 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 6] = (o1 + l7 < s0 && 0 + (l8 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 8 + 7] = (o1 + l7 < s0 && 0 + (l8 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-            (void)e; {
-                const int l10 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l10 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1829,57 +1559,43 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a12 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a12 = fmaxf(a12, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a12;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 16384u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l16]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -1895,8 +1611,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l21 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = (0 + l21 < s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1910,70 +1626,58 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a23 = 0e0f;
-                for (int g = 0; g < 32; g++) a23 = a23 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a23;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a21 = 0e0f;
+            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a21;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l26 = (int)((unsigned)e / 16384u % 1u);
-                v16[r] = dt_fast_div(v7[r], (dt_smem + 0)[l26]);
+                v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l28 = (int)((unsigned)e / 16384u % 1u);
-            const int l29 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l28) * args.output_strides[0] + (0 + l29) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l28 < s0 && 0 + (l29 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 16384u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if (o1 + l28 < s0 && 0 + l29 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if (o1 + l28 < s0 && 0 + (l29 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if (o1 + l28 < s0 && 0 + (l29 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if (o1 + l28 < s0 && 0 + (l29 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if (o1 + l28 < s0 && 0 + (l29 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if (o1 + l28 < s0 && 0 + (l29 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if (o1 + l28 < s0 && 0 + (l29 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if (o1 + l28 < s0 && 0 + (l29 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 144 bytes of shared memory */
+/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1993,12 +1697,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         float v0[16];
         #pragma unroll
@@ -2007,26 +1709,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && o1 + l5 < s0 && 0 + (l6 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = (o1 + l5 < s0 && 0 + l6 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 1] = (o1 + l5 < s0 && 0 + (l6 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 2] = (o1 + l5 < s0 && 0 + (l6 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                v0[c * 4 + 3] = (o1 + l5 < s0 && 0 + (l6 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-            }
-        }
-        float v1[16];
-        #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-            (void)e; {
-                const int l8 = (int)((unsigned)e / 1u % 16384u);
-                v1[r] = (0 + l8 < s1) ? v0[r] : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -2037,57 +1730,43 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a10 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a10 = fmaxf(a10, (dt_smem + 4)[g * 1 + e]);
-                v2[r] = a10;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a8 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a8;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc0[r] = fmaxf(acc0[r], v2[r]);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-        __syncthreads();
         float v6[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l14 = (int)((unsigned)e / 16384u % 1u);
-                v6[r] = (v0[r] - (dt_smem + 0)[l14]);
+                v6[r] = (v0[r] - v3[0]);
             }
         }
         float v7[16];
@@ -2103,8 +1782,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = (0 + l19 < s1) ? v7[r] : 0e0f;
+                const int l17 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -2118,66 +1797,54 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
                 for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                float a21 = 0e0f;
-                for (int g = 0; g < 32; g++) a21 = a21 + (dt_smem + 4)[g * 1 + e];
-                v9[r] = a21;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a19 = 0e0f;
+            for (int g = 0; g < 32; g++) a19 = a19 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a19;
         }
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                acc2[r] = acc2[r] + v9[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 1024;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < 1; r++) { const int e = tid + r * 1024; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-        __syncthreads();
         float v16[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l24 = (int)((unsigned)e / 16384u % 1u);
-                v16[r] = (v7[r] / (dt_smem + 0)[l24]);
+                v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 1024 + tid) * 4;
-            const int l26 = (int)((unsigned)e / 16384u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && o1 + l26 < s0 && 0 + (l27 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l24 = (int)((unsigned)e / 16384u % 1u);
+            const int l25 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if (o1 + l26 < s0 && 0 + l27 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if (o1 + l26 < s0 && 0 + (l27 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if (o1 + l26 < s0 && 0 + (l27 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if (o1 + l26 < s0 && 0 + (l27 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
 }
 
-/* kernel softmax for f16: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel softmax for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2197,12 +1864,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         /* rmax softmax.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -2215,7 +1880,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2235,23 +1900,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l11 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l11 < s1) ? v0[r] : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v2[1];
@@ -2262,69 +1918,61 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 for (int i = 0; i < 1; i++) {
                     p[i] = (-INFINITY);
                     #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a13 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a13 = fmaxf(a13, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a13;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a11 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a11 = fmaxf(a11, ((dt_smem + 0) + 0)[g * 1 + e]);
+                v2[r] = a11;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc0[r] = fmaxf(acc0[r], v2[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = fmaxf(acc0[r], v2[0]);
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o17 = 0; o17 < s1; o17 += 8192) {
+        for (long long o15 = 0; o15 < s1; o15 += 8192) {
             float v4[16];
-            uint4 q18[2];
-            bool f19[2];
+            uint4 q16[2];
+            bool f17[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
+                f17[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o15 + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f17[c]) q16[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l20) * args.input_strides[0][0] + (o17 + l21) * args.input_strides[0][1];
-                f19[c] = args.input_strides[0][1] == 1 && o1 + l20 < s0 && o17 + (l21 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f19[c]) q18[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 8192u % 1u);
-                const int l23 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l22) * args.input_strides[0][0] + (o17 + l23) * args.input_strides[0][1];
-                if (f19[c]) {
-                    const uint4 q = q18[c];
+                const long long a = (o1 + l20) * args.input_strides[0][0] + (o15 + l21) * args.input_strides[0][1];
+                if (f17[c]) {
+                    const uint4 q = q16[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2334,27 +1982,22 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o1 + l22 < s0 && o17 + l23 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 1] = (o1 + l22 < s0 && o17 + (l23 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 2] = (o1 + l22 < s0 && o17 + (l23 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 3] = (o1 + l22 < s0 && o17 + (l23 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 4] = (o1 + l22 < s0 && o17 + (l23 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 5] = (o1 + l22 < s0 && o17 + (l23 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 6] = (o1 + l22 < s0 && o17 + (l23 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 7] = (o1 + l22 < s0 && o17 + (l23 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + l21) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l24 = (int)((unsigned)e / 8192u % 1u);
-                    v6[r] = (v4[r] - (dt_smem + 0)[l24]);
+                    v6[r] = (v4[r] - v3[0]);
                 }
             }
             float v7[16];
@@ -2370,8 +2013,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l29 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = (o17 + l29 < s1) ? v7[r] : 0e0f;
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o15 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
@@ -2386,56 +2029,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a31 = 0e0f;
-                    for (int g = 0; g < 16; g++) a31 = a31 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a31;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a29 = 0e0f;
+                for (int g = 0; g < 16; g++) a29 = a29 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v9[r] = a29;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v9[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v9[0];
             }
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o34 = 0; o34 < s1; o34 += 8192) {
+        for (long long o32 = 0; o32 < s1; o32 += 8192) {
             float v11[16];
-            uint4 q35[2];
-            bool f36[2];
+            uint4 q33[2];
+            bool f34[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 8192u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
+                f34[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l35) < (unsigned)s0 && (unsigned)(o32 + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f34[c]) q33[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l37 = (int)((unsigned)e / 8192u % 1u);
                 const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
-                f36[c] = args.input_strides[0][1] == 1 && o1 + l37 < s0 && o34 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
-                if (f36[c]) {
-                    const uint4 q = q35[c];
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o32 + l38) * args.input_strides[0][1];
+                if (f34[c]) {
+                    const uint4 q = q33[c];
                     v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2445,27 +2082,22 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = (o1 + l39 < s0 && o34 + l40 < s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 1] = (o1 + l39 < s0 && o34 + (l40 + 1) < s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 2] = (o1 + l39 < s0 && o34 + (l40 + 2) < s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 3] = (o1 + l39 < s0 && o34 + (l40 + 3) < s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 4] = (o1 + l39 < s0 && o34 + (l40 + 4) < s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 5] = (o1 + l39 < s0 && o34 + (l40 + 5) < s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 6] = (o1 + l39 < s0 && o34 + (l40 + 6) < s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 7] = (o1 + l39 < s0 && o34 + (l40 + 7) < s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + l38) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l41 = (int)((unsigned)e / 8192u % 1u);
-                    v13[r] = (v11[r] - (dt_smem + 0)[l41]);
+                    v13[r] = (v11[r] - v3[0]);
                 }
             }
             float v14[16];
@@ -2476,43 +2108,38 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l45 = (int)((unsigned)e / 8192u % 1u);
-                    v16[r] = dt_fast_div(v14[r], (dt_smem + 0)[l45]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 8192u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l47) * args.output_strides[0] + (o34 + l48) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l47 < s0 && o34 + (l48 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l45 = (int)((unsigned)e / 8192u % 1u);
+                const int l46 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l47 < s0 && o34 + l48 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for bf16: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel softmax for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2532,12 +2159,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         /* rmax softmax.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -2550,7 +2175,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2570,23 +2195,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = (o1 + l8 < s0 && o3 + l9 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 1] = (o1 + l8 < s0 && o3 + (l9 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 2] = (o1 + l8 < s0 && o3 + (l9 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 3] = (o1 + l8 < s0 && o3 + (l9 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 4] = (o1 + l8 < s0 && o3 + (l9 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 5] = (o1 + l8 < s0 && o3 + (l9 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 6] = (o1 + l8 < s0 && o3 + (l9 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 8 + 7] = (o1 + l8 < s0 && o3 + (l9 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l11 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l11 < s1) ? v0[r] : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v2[1];
@@ -2597,69 +2213,61 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 for (int i = 0; i < 1; i++) {
                     p[i] = (-INFINITY);
                     #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a13 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a13 = fmaxf(a13, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a13;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a11 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a11 = fmaxf(a11, ((dt_smem + 0) + 0)[g * 1 + e]);
+                v2[r] = a11;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc0[r] = fmaxf(acc0[r], v2[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = fmaxf(acc0[r], v2[0]);
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o17 = 0; o17 < s1; o17 += 8192) {
+        for (long long o15 = 0; o15 < s1; o15 += 8192) {
             float v4[16];
-            uint4 q18[2];
-            bool f19[2];
+            uint4 q16[2];
+            bool f17[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l18 = (int)((unsigned)e / 8192u % 1u);
+                const int l19 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
+                f17[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o15 + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f17[c]) q16[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l20 = (int)((unsigned)e / 8192u % 1u);
                 const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l20) * args.input_strides[0][0] + (o17 + l21) * args.input_strides[0][1];
-                f19[c] = args.input_strides[0][1] == 1 && o1 + l20 < s0 && o17 + (l21 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f19[c]) q18[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 8192u % 1u);
-                const int l23 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l22) * args.input_strides[0][0] + (o17 + l23) * args.input_strides[0][1];
-                if (f19[c]) {
-                    const uint4 q = q18[c];
+                const long long a = (o1 + l20) * args.input_strides[0][0] + (o15 + l21) * args.input_strides[0][1];
+                if (f17[c]) {
+                    const uint4 q = q16[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2669,27 +2277,22 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = (o1 + l22 < s0 && o17 + l23 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 1] = (o1 + l22 < s0 && o17 + (l23 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 2] = (o1 + l22 < s0 && o17 + (l23 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 3] = (o1 + l22 < s0 && o17 + (l23 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 4] = (o1 + l22 < s0 && o17 + (l23 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 5] = (o1 + l22 < s0 && o17 + (l23 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 6] = (o1 + l22 < s0 && o17 + (l23 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 8 + 7] = (o1 + l22 < s0 && o17 + (l23 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + l21) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l24 = (int)((unsigned)e / 8192u % 1u);
-                    v6[r] = (v4[r] - (dt_smem + 0)[l24]);
+                    v6[r] = (v4[r] - v3[0]);
                 }
             }
             float v7[16];
@@ -2705,8 +2308,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l29 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = (o17 + l29 < s1) ? v7[r] : 0e0f;
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o15 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
@@ -2721,56 +2324,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a31 = 0e0f;
-                    for (int g = 0; g < 16; g++) a31 = a31 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a31;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a29 = 0e0f;
+                for (int g = 0; g < 16; g++) a29 = a29 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v9[r] = a29;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v9[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v9[0];
             }
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o34 = 0; o34 < s1; o34 += 8192) {
+        for (long long o32 = 0; o32 < s1; o32 += 8192) {
             float v11[16];
-            uint4 q35[2];
-            bool f36[2];
+            uint4 q33[2];
+            bool f34[2];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l35 = (int)((unsigned)e / 8192u % 1u);
+                const int l36 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
+                f34[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l35) < (unsigned)s0 && (unsigned)(o32 + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f34[c]) q33[c] = *(const uint4*)(in0 + a);
+            }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l37 = (int)((unsigned)e / 8192u % 1u);
                 const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
-                f36[c] = args.input_strides[0][1] == 1 && o1 + l37 < s0 && o34 + (l38 + 7) < s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
-                if (f36[c]) {
-                    const uint4 q = q35[c];
+                const long long a = (o1 + l37) * args.input_strides[0][0] + (o32 + l38) * args.input_strides[0][1];
+                if (f34[c]) {
+                    const uint4 q = q33[c];
                     v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2780,27 +2377,22 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = (o1 + l39 < s0 && o34 + l40 < s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 1] = (o1 + l39 < s0 && o34 + (l40 + 1) < s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 2] = (o1 + l39 < s0 && o34 + (l40 + 2) < s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 3] = (o1 + l39 < s0 && o34 + (l40 + 3) < s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 4] = (o1 + l39 < s0 && o34 + (l40 + 4) < s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 5] = (o1 + l39 < s0 && o34 + (l40 + 5) < s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 6] = (o1 + l39 < s0 && o34 + (l40 + 6) < s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 8 + 7] = (o1 + l39 < s0 && o34 + (l40 + 7) < s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + l38) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l41 = (int)((unsigned)e / 8192u % 1u);
-                    v13[r] = (v11[r] - (dt_smem + 0)[l41]);
+                    v13[r] = (v11[r] - v3[0]);
                 }
             }
             float v14[16];
@@ -2811,43 +2403,38 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l45 = (int)((unsigned)e / 8192u % 1u);
-                    v16[r] = dt_fast_div(v14[r], (dt_smem + 0)[l45]);
+                    v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 8192u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l47) * args.output_strides[0] + (o34 + l48) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l47 < s0 && o34 + (l48 + 7) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l45 = (int)((unsigned)e / 8192u % 1u);
+                const int l46 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
                 } else {
-                    if (o1 + l47 < s0 && o34 + l48 < s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 4) < s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 5) < s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 6) < s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if (o1 + l47 < s0 && o34 + (l48 + 7) < s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
     }
 }
 
-/* kernel softmax for f32: grid block(x:1); 512 threads, 80 bytes of shared memory */
+/* kernel softmax for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2867,12 +2454,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc0[r] = (-INFINITY);
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = (-INFINITY);
         }
         /* rmax softmax.tensorize(y:8192) */
         for (long long o3 = 0; o3 < s1; o3 += 8192) {
@@ -2883,26 +2468,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int l6 = (int)((unsigned)e / 8192u % 1u);
                 const int l7 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l6 < s0 && o3 + (l7 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = (o1 + l6 < s0 && o3 + l7 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 1] = (o1 + l6 < s0 && o3 + (l7 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 2] = (o1 + l6 < s0 && o3 + (l7 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v0[c * 4 + 3] = (o1 + l6 < s0 && o3 + (l7 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
-                }
-            }
-            float v1[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    const int l9 = (int)((unsigned)e / 1u % 8192u);
-                    v1[r] = (o3 + l9 < s1) ? v0[r] : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v2[1];
@@ -2913,80 +2489,67 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 for (int i = 0; i < 1; i++) {
                     p[i] = (-INFINITY);
                     #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v1[i * 16 + q]);
+                    for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                     for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a11 = (-INFINITY);
-                    for (int g = 0; g < 16; g++) a11 = fmaxf(a11, (dt_smem + 4)[g * 1 + e]);
-                    v2[r] = a11;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a9 = (-INFINITY);
+                for (int g = 0; g < 16; g++) a9 = fmaxf(a9, ((dt_smem + 0) + 0)[g * 1 + e]);
+                v2[r] = a9;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc0[r] = fmaxf(acc0[r], v2[r]);
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc0[r] = fmaxf(acc0[r], v2[0]);
             }
         }
         float v3[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v3[r] = acc0[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v3[r] = acc0[r];
         }
         /* rsum identity */
         float acc2[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                acc2[r] = 0e0f;
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
         }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o15 = 0; o15 < s1; o15 += 8192) {
+        for (long long o13 = 0; o13 < s1; o13 += 8192) {
             float v4[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l18 = (int)((unsigned)e / 8192u % 1u);
-                const int l19 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l18 < s0 && o15 + (l19 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l16 = (int)((unsigned)e / 8192u % 1u);
+                const int l17 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l16) * args.input_strides[0][0] + (o13 + l17) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = (o1 + l18 < s0 && o15 + l19 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 1] = (o1 + l18 < s0 && o15 + (l19 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 2] = (o1 + l18 < s0 && o15 + (l19 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v4[c * 4 + 3] = (o1 + l18 < s0 && o15 + (l19 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v4[c * 4 + 0] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + l17) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v6[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l20 = (int)((unsigned)e / 8192u % 1u);
-                    v6[r] = (v4[r] - (dt_smem + 0)[l20]);
+                    v6[r] = (v4[r] - v3[0]);
                 }
             }
             float v7[16];
@@ -3002,8 +2565,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l25 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = (o15 + l25 < s1) ? v7[r] : 0e0f;
+                    const int l23 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o13 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v9[1];
@@ -3018,67 +2581,56 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                     for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
                 }
                 __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) (dt_smem + 4)[(tid / 32) * 1 + i] = p[i]; }
+                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
                 __syncthreads();
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    float a27 = 0e0f;
-                    for (int g = 0; g < 16; g++) a27 = a27 + (dt_smem + 4)[g * 1 + e];
-                    v9[r] = a27;
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                float a25 = 0e0f;
+                for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 0)[g * 1 + e];
+                v9[r] = a25;
             }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = tid + r * 512;
-                if (e < 1) {
-                    acc2[r] = acc2[r] + v9[r];
-                }
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                acc2[r] = acc2[r] + v9[0];
             }
         }
         float v10[1];
-        #pragma unroll
-        for (int r = 0; r < 1; r++) {
-            const int e = tid + r * 512;
-            if (e < 1) {
-                v10[r] = acc2[r];
-            }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o30 = 0; o30 < s1; o30 += 8192) {
+        for (long long o28 = 0; o28 < s1; o28 += 8192) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l33 = (int)((unsigned)e / 8192u % 1u);
-                const int l34 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l33) * args.input_strides[0][0] + (o30 + l34) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && o1 + l33 < s0 && o30 + (l34 + 3) < s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l31 = (int)((unsigned)e / 8192u % 1u);
+                const int l32 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l31) * args.input_strides[0][0] + (o28 + l32) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = (o1 + l33 < s0 && o30 + l34 < s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 1] = (o1 + l33 < s0 && o30 + (l34 + 1) < s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 2] = (o1 + l33 < s0 && o30 + (l34 + 2) < s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0.0f;
-                    v11[c * 4 + 3] = (o1 + l33 < s0 && o30 + (l34 + 3) < s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0.0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + l32) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v3[r]; }
-            __syncthreads();
             float v13[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l35 = (int)((unsigned)e / 8192u % 1u);
-                    v13[r] = (v11[r] - (dt_smem + 0)[l35]);
+                    v13[r] = (v11[r] - v3[0]);
                 }
             }
             float v14[16];
@@ -3089,32 +2641,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                     v14[r] = expf(v13[r]);
                 }
             }
-            __syncthreads();
-            #pragma unroll
-            for (int r = 0; r < 1; r++) { const int e = tid + r * 512; if (e < 1) (dt_smem + 0)[e] = v10[r]; }
-            __syncthreads();
             float v16[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l39 = (int)((unsigned)e / 8192u % 1u);
-                    v16[r] = (v14[r] / (dt_smem + 0)[l39]);
+                    v16[r] = (v14[r] / v10[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l41 = (int)((unsigned)e / 8192u % 1u);
-                const int l42 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l41) * args.output_strides[0] + (o30 + l42) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && o1 + l41 < s0 && o30 + (l42 + 3) < s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l39) * args.output_strides[0] + (o28 + l40) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if (o1 + l41 < s0 && o30 + l42 < s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if (o1 + l41 < s0 && o30 + (l42 + 1) < s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if (o1 + l41 < s0 && o30 + (l42 + 2) < s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if (o1 + l41 < s0 && o30 + (l42 + 3) < s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + l40) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

@@ -215,12 +215,13 @@ impl Emitter<'_> {
                 let o = self.offset(*d);
                 self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = (float)({o} + {});", l.index(&shape), l.lane(*d))));
             }
-            Op::Load { input, axes } => {
+            Op::Load { input, axes, fill } => {
                 let load = format!("dt_load_{}", self.dtype.name());
+                let fill = float_lit(*fill);
                 self.for_lanes(&shape, |e, l| {
                     let (cond, addr) =
                         super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args->input_strides[{input}][{a}]"));
-                    e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;", l.index(&shape)));
+                    e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};", l.index(&shape)));
                 });
             }
             Op::Unary(u, a) => {

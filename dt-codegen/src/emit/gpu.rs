@@ -14,6 +14,8 @@
 
 #[path = "gpu_mma.rs"]
 mod mma;
+#[path = "gpu_replicate.rs"]
+mod replicate;
 
 use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
@@ -91,6 +93,9 @@ struct Publishing {
     reads: Vec<(Reader, Vec<(ValueId, usize)>)>,
     /// Elements of each slot.
     slot_elements: Vec<usize>,
+    /// Elements of each of the two regions of slot 1 that reductions in registers alternate
+    /// between for their partials (see [`Emitter::register_reduce`]).
+    partials: usize,
 }
 
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
@@ -98,7 +103,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     let threads = k.num_warps * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
     let mapping = Mapping { threads: threads as usize, vector };
-    let plan = mma::plan(k, dtype, dialect);
+    let mut plan = mma::plan(k, dtype, dialect);
+    replicate::replicate(k, mapping, &mut plan);
     let publishing = plan_publishing(k, &plan, mapping);
     let mut offsets = Vec::new();
     let mut total = 0usize;
@@ -127,6 +133,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         publishing,
         slot_offsets: offsets,
         plan,
+        partials: Partials::default(),
     };
     let t = c_type(dtype);
     let _ = writeln!(
@@ -164,7 +171,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
 /// Assigns a shared-memory slot to every operand read under a shape or a layout other than its
 /// own.
 fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
-    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new() };
+    let mut p = Publishing { reads: Vec::new(), slot_elements: Vec::new(), partials: 0 };
     fn walk(k: &Kernel, plan: &Plan, mapping: Mapping, stmts: &[Stmt], p: &mut Publishing) {
         let layout = |v: ValueId| plan.values[v.0 as usize];
         for s in stmts {
@@ -181,7 +188,10 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                             let sv = &k.value(*operand).shape;
                             let in_registers = layout(*operand) == RegLayout::Blocked;
                             let partials = match mapping.register_reduce(sv, *dim).filter(|_| in_registers) {
-                                Some(rows) => rows * (mapping.threads / 32),
+                                Some(rows) => {
+                                    p.partials = p.partials.max(rows * (mapping.threads / 32));
+                                    2 * p.partials
+                                }
                                 None => {
                                     add(p, Reader::Let(*value), k, vec![*operand]);
                                     shape.elements()
@@ -226,7 +236,9 @@ fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publishing {
                 .into_iter()
                 .filter(|o| {
                     let (ol, os) = (layout(*o), &k.value(*o).shape);
-                    ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape }
+                    // A replicated value is in every thread's registers, whoever reads it.
+                    ol != RegLayout::Replicated
+                        && (ol != iter_layout || if ol == RegLayout::Blocked { !same_layout(os, &shape) } else { *os != shape })
                 })
                 .collect();
             if !cross.is_empty() {
@@ -332,12 +344,25 @@ struct Emitter<'a> {
     slot_offsets: Vec<usize>,
     /// The register layout of every value and accumulator, and the tensor-core dots.
     plan: Plan,
+    partials: Partials,
+}
+
+/// What the printed code has done so far to the two regions of partials of reductions in
+/// registers, so that a reduction can tell whether a barrier must come before its writes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Partials {
+    /// The region the next reduction writes.
+    next: usize,
+    /// Regions threads may still be reading: read since the last barrier, or unknown.
+    dirty: [bool; 2],
 }
 
 /// Where an operand's elements are read from inside an element loop.
 enum Source {
     /// The thread's own registers, same shape: `name[r]`.
     Own(String),
+    /// A one-element tile every thread holds: `name[0]`.
+    Replicated(String),
     /// A shared-memory slot holding the whole tile, indexed by the lanes.
     Shared(usize, Shape),
 }
@@ -361,7 +386,7 @@ impl Emitter<'_> {
     }
 
     fn valid(&self, d: DimId, lane: &str) -> String {
-        format!("{} + {lane} < {}", self.offset(d), self.size(d))
+        super::in_bounds("unsigned", &self.offset(d), lane, &self.size(d))
     }
 
     /// Whether the threads' registers hold exactly the `n` elements of a tile (none left over).
@@ -396,6 +421,7 @@ impl Emitter<'_> {
                 let guarded = if self.covers(n) { store } else { format!("if (e < {n}) {store}") };
                 self.line(&format!("for (int r = 0; r < {r}; r++) {{ const int e = {e}; {guarded} }}"));
             }
+            RegLayout::Replicated => self.line(&format!("if (tid == 0) {slot}[0] = v{}[0];", v.0)),
             layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{slot}[e] = v{}[r];", v.0))),
         }
         self.line("__syncthreads();");
@@ -412,6 +438,7 @@ impl Emitter<'_> {
             .iter()
             .map(|o| match plan.iter().find(|(x, _)| x == o) {
                 Some((_, s)) => Source::Shared(*s, self.k.value(*o).shape.clone()),
+                None if self.layout(*o) == RegLayout::Replicated => Source::Replicated(format!("v{}", o.0)),
                 None => Source::Own(format!("v{}", o.0)),
             })
             .collect()
@@ -420,6 +447,7 @@ impl Emitter<'_> {
     fn read(&self, src: &Source, lanes: &Lanes) -> String {
         match src {
             Source::Own(name) => format!("{name}[r]"),
+            Source::Replicated(name) => format!("{name}[0]"),
             Source::Shared(s, shape) => format!("{}[{}]", self.slot(*s), lanes.index(shape)),
         }
     }
@@ -431,6 +459,16 @@ impl Emitter<'_> {
         match layout {
             RegLayout::Mma(t) => self.for_owned_mma(shape, t, body),
             RegLayout::Blocked => self.for_blocked(shape, unroll(self.regs(shape.elements())), body),
+            RegLayout::Replicated => {
+                // Every thread, its one register.
+                self.line("{");
+                self.depth += 1;
+                self.line("const int r = 0, e = 0;");
+                self.line("(void)r; (void)e;");
+                self.with_lanes(shape, body);
+                self.depth -= 1;
+                self.line("}");
+            }
         }
     }
 
@@ -542,10 +580,20 @@ impl Emitter<'_> {
     /// [`Mapping::register_reduce`]): each thread combines its share of every row, each warp
     /// combines its threads' partials with shuffles (in groups of 32 lanes, which is all of a
     /// warp on NVIDIA and half a wavefront on AMD), and the groups' partials meet in slot 1,
-    /// where the thread holding each result combines them. The tile never goes through shared
-    /// memory.
+    /// where the thread holding each result (under `layout`: every thread when it is
+    /// replicated) combines them. The tile never goes through shared memory.
     #[allow(clippy::too_many_arguments)]
-    fn register_reduce(&mut self, op: dt_core::algo::RedOp, src: &str, input: &Shape, dim: DimId, rows: usize, dst: &str, result: &Shape) {
+    fn register_reduce(
+        &mut self,
+        op: dt_core::algo::RedOp,
+        src: &str,
+        input: &Shape,
+        dim: DimId,
+        rows: usize,
+        dst: &str,
+        result: &Shape,
+        layout: RegLayout,
+    ) {
         let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize;
         let groups = self.threads as usize / 32;
         let (ident, red) = (float_lit(op.identity()), self.slot(1));
@@ -562,12 +610,20 @@ impl Emitter<'_> {
         self.line(&format!("for (int m = 16; m > 0; m >>= 1) p[i] = {};", combine(op, "p[i]", "dt_shfl_xor(p[i], m, 32)")));
         self.depth -= 1;
         self.line("}");
-        self.line("__syncthreads();");
+        // The partials alternate between two regions: a region still being read by the last
+        // reduction that used it needs a barrier first; otherwise the one between them served.
+        let region = self.partials.next;
+        if self.partials.dirty[region] {
+            self.line("__syncthreads();");
+        }
+        let red = format!("({red} + {})", region * self.publishing.partials);
         self.line(&format!("if (tid % 32 == 0) {{ for (int i = 0; i < {rows}; i++) {red}[(tid / 32) * {rows} + i] = p[i]; }}"));
         self.line("__syncthreads();");
+        self.partials = Partials { next: 1 - region, dirty: [false, false] };
+        self.partials.dirty[region] = true;
         self.depth -= 1;
         self.line("}");
-        self.for_owned(result, RegLayout::Blocked, |e, _| {
+        self.for_owned(result, layout, |e, _| {
             let acc = e.fresh("a");
             e.line(&format!("float {acc} = {ident};"));
             e.line(&format!("for (int g = 0; g < {groups}; g++) {acc} = {};", combine(op, &acc, &format!("{red}[g * {rows} + e]"))));
@@ -643,6 +699,43 @@ impl Emitter<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
+        let start = self.out.len();
+        let (before, reduce_in_registers) = (self.partials, self.reduces_in_registers(s));
+        let single = matches!(s, Stmt::Loop(l) if self.single_iteration(l));
+        if matches!(s, Stmt::Loop(_)) && !single {
+            // A loop's next iteration follows its last: nothing is known at the start of each.
+            self.partials.dirty = [true, true];
+        }
+        self.stmt_body(s)?;
+        if !reduce_in_registers && !single && self.out[start..].contains("dt_smem") {
+            // Anything else that used shared memory may have read any part of it.
+            self.partials.dirty = [true, true];
+        }
+        if matches!(s, Stmt::Loop(_)) && !single {
+            self.partials.dirty = [true, true];
+            self.partials.next = before.next;
+        }
+        Ok(())
+    }
+
+    /// Whether `s` is a reduction of a tile in registers ([`Self::register_reduce`]), which
+    /// keeps track of the partials itself.
+    fn reduces_in_registers(&self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Let { op: Op::Reduce { value, dim, .. }, .. } => {
+                self.layout(*value) == RegLayout::Blocked && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether loop `l` runs exactly once: over a block of this program as wide as its step
+    /// (the grid gives each program a block that starts inside the dimension).
+    fn single_iteration(&self, l: &Loop) -> bool {
+        l.kind == LoopKind::Block && self.k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step)
+    }
+
+    fn stmt_body(&mut self, s: &Stmt) -> Result<(), EmitError> {
         match s {
             Stmt::Let { value, op } => self.op(*value, op)?,
             Stmt::Init { var, value, origin } => {
@@ -702,15 +795,15 @@ impl Emitter<'_> {
                 let src = format!("v{}", value.0);
                 let words = self.pack_words(&src, v);
                 self.for_runs(tile, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address(e.k, &dims, lanes, |d| e.offset(d), stride);
-                    let (end_ok, _) = super::masked_address(e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
+                    let (_, addr) = super::masked_address_gpu(e.k, &dims, lanes, |d| e.offset(d), stride);
+                    let (end_ok, _) = super::masked_address_gpu(e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));
                     e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
                     e.line(&format!("    *(uint4*)(out + a) = make_uint4({});", words.join(", ")));
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) = super::masked_address(e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
+                        let (cond, _) = super::masked_address_gpu(e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
                         e.line(&format!("    if ({cond}) out[a + {j} * {}] = {store}({src}[{base} + {j}]);", stride(last)));
                     }
                     e.line("}");
@@ -722,10 +815,13 @@ impl Emitter<'_> {
                 let store = format!("dt_store_{}", self.dtype.name());
                 // A store of a whole tile runs in the tile's layout; a broadcast one, blocked.
                 let layout = if self.k.value(*value).shape == *tile { self.layout(*value) } else { RegLayout::Blocked };
+                // A replicated tile is stored by one thread.
+                let writer = if layout == RegLayout::Replicated { "tid == 0 && " } else { "" };
                 self.for_owned(tile, layout, |e, l| {
-                    let (cond, addr) = super::masked_address(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args.output_strides[{a}]"));
+                    let (cond, addr) =
+                        super::masked_address_gpu(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args.output_strides[{a}]"));
                     let v = e.read(&src[0], l);
-                    e.line(&format!("if ({cond}) out[{addr}] = {store}({v});"));
+                    e.line(&format!("if ({writer}{cond}) out[{addr}] = {store}({v});"));
                 });
             }
         }
@@ -759,8 +855,9 @@ impl Emitter<'_> {
             Op::Load { .. } if self.plan.direct_load(id) => {
                 self.line(&format!("/* v{}: loaded by the tensor-core dot that reads it */", id.0));
             }
-            Op::Load { input, axes } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {
+            Op::Load { input, axes, fill } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {
                 self.declare(&dst, &shape);
+                let fill = float_lit(*fill);
                 let v = self.vector_run(&shape, axes).unwrap_or(1);
                 let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
                 let last = axes.len() - 1;
@@ -774,7 +871,7 @@ impl Emitter<'_> {
                 let batched = self.dtype.size_bytes() == 2;
                 let (q, fast) = (self.fresh("q"), self.fresh("f"));
                 let aligned = |e: &Self, lanes: &Lanes| {
-                    let (end_ok, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+                    let (end_ok, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
                 if batched {
@@ -782,14 +879,14 @@ impl Emitter<'_> {
                     self.line(&format!("uint4 {q}[{runs}];"));
                     self.line(&format!("bool {fast}[{runs}];"));
                     self.for_runs(&shape, v, |e, lanes, _| {
-                        let (_, addr) = super::masked_address(e.k, axes, lanes, |d| e.offset(d), stride);
+                        let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
                         e.line(&format!("const long long a = {addr};"));
                         e.line(&format!("{fast}[c] = {};", aligned(e, lanes)));
                         e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
                     });
                 }
                 self.for_runs(&shape, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address(e.k, axes, lanes, |d| e.offset(d), stride);
+                    let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));
                     if batched {
                         e.line(&format!("if ({fast}[c]) {{"));
@@ -803,19 +900,20 @@ impl Emitter<'_> {
                     }
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) = super::masked_address(e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
-                        e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : 0.0f;", stride(last)));
+                        let (cond, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                        e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : {fill};", stride(last)));
                     }
                     e.line("}");
                 });
             }
-            Op::Load { input, axes } => {
+            Op::Load { input, axes, fill } => {
                 self.declare(&dst, &shape);
                 let load = format!("dt_load_{}", self.dtype.name());
+                let fill = float_lit(*fill);
                 self.for_owned(&shape, layout, |e, l| {
                     let (cond, addr) =
-                        super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
-                    e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : 0.0f;"));
+                        super::masked_address_gpu(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
+                    e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};"));
                 });
             }
             Op::Unary(u, a) => {
@@ -859,7 +957,7 @@ impl Emitter<'_> {
                 let sv = self.k.value(*value).shape.clone();
                 let rows = self.mapping.register_reduce(&sv, *dim).unwrap_or(1);
                 self.declare(&dst, &shape);
-                self.register_reduce(*op, &format!("v{}", value.0), &sv, *dim, rows, &dst, &shape);
+                self.register_reduce(*op, &format!("v{}", value.0), &sv, *dim, rows, &dst, &shape, layout);
             }
             Op::Reduce { op, value, dim } => {
                 let sv = self.k.value(*value).shape.clone();

@@ -41,6 +41,8 @@ pub(super) enum RegLayout {
     Blocked,
     /// The `mma.sync.m16n8k16` accumulator layout over a [rows, cols] tile.
     Mma(MmaTile),
+    /// A one-element tile every thread holds in its register slot 0 (see `gpu_replicate.rs`).
+    Replicated,
 }
 
 /// A [rows, cols] tile spread over `wm` x `wn` warps, each covering a (rows / wm) x (cols / wn)
@@ -300,8 +302,7 @@ fn common(ls: &[RegLayout]) -> RegLayout {
     }
 }
 
-
-fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {
+pub(super) fn collect<'a>(stmts: &'a [Stmt], lets: &mut Vec<(ValueId, &'a Op)>, updates: &mut Vec<(VarId, ValueId)>) {
     for s in stmts {
         match s {
             Stmt::Let { value, op } => lets.push((*value, op)),
@@ -325,8 +326,9 @@ fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut 
                 }
                 for o in [a, b] {
                     for earlier in &stmts[..i] {
-                        if let Stmt::Let { value: l, op: Op::Load { input, axes } } = earlier {
-                            if l == o {
+                        // Staged straight from global memory, where invalid lanes read 0.
+                        if let Stmt::Let { value: l, op: Op::Load { input, axes, fill } } = earlier {
+                            if l == o && *fill == 0.0 {
                                 direct.push((*value, *o, DirectLoad { input: *input, axes: axes.clone() }));
                             }
                         }
@@ -360,7 +362,7 @@ fn use_counts(k: &Kernel) -> Vec<usize> {
 /// values loses nothing: loads (of `dtype` data), and those masked with a representable fill.
 fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
     match def(v) {
-        Some(Op::Load { .. }) => true,
+        Some(Op::Load { fill, .. }) => dtype.round(*fill) == *fill,
         Some(Op::MaskFill { value, fill, .. }) => dtype.round(*fill) == *fill && exact(dtype, *value, def),
         _ => false,
     }
@@ -448,7 +450,10 @@ impl Emitter<'_> {
                 self.stmt(stmt)?;
                 continue;
             }
-            self.line(&format!("/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */", s - 1));
+            self.line(&format!(
+                "/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */",
+                s - 1
+            ));
             self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
             self.line("__syncthreads();");
             let ahead = self.fresh("o");
@@ -620,7 +625,7 @@ impl Emitter<'_> {
         let name = self.k.inputs[input].name.clone();
         let copy = |e: &mut Self, l: &Lanes| {
             let (cond, addr) =
-                super::super::masked_address(e.k, &axes, l, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
+                super::super::masked_address_gpu(e.k, &axes, l, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
             e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
         };
         // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
@@ -652,10 +657,10 @@ impl Emitter<'_> {
             let at_lane = |off: &str| {
                 Lanes(l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * 8{off})") } else { name.clone() })).collect())
             };
-            let (whole, _) = super::super::masked_address(e.k, &load.axes, &at_lane(" + 7"), |x| e.offset(x), |_| String::new());
+            let (whole, _) = super::super::masked_address_gpu(e.k, &load.axes, &at_lane(" + 7"), |x| e.offset(x), |_| String::new());
             let first = at_lane("");
             let (_, addr) =
-                super::super::masked_address(e.k, &load.axes, &first, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
+                super::super::masked_address_gpu(e.k, &load.axes, &first, |x| e.offset(x), |a| format!("args.input_strides[{input}][{a}]"));
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;
             let copy16 = if buf.is_some() { "dt_cp_async16" } else { "dt_copy16_to_shared" };

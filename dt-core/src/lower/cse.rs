@@ -32,7 +32,7 @@ fn merge(k: &Kernel, stmts: Vec<Stmt>, replace: &mut [ValueId], mut set_to: Hash
         let r = |v: ValueId, replace: &[ValueId]| replace[v.0 as usize];
         match s {
             Stmt::Let { value, op } => {
-                let op = rename(op, |v| r(v, replace));
+                let op = op.renamed(|v| r(v, replace));
                 if let Op::Var(var) = op {
                     if let Some(&set) = set_to.get(&var).filter(|s| k.value(**s) == k.value(value)) {
                         replace[value.0 as usize] = set;
@@ -82,18 +82,5 @@ fn writes(stmts: &[Stmt], out: &mut Vec<VarId>) {
             Stmt::Loop(l) => writes(&l.body, out),
             Stmt::Let { .. } | Stmt::Store { .. } => {}
         }
-    }
-}
-
-/// `op` with each operand `v` replaced by `f(v)`.
-fn rename(op: Op, f: impl Fn(ValueId) -> ValueId) -> Op {
-    match op {
-        Op::Unary(u, a) => Op::Unary(u, f(a)),
-        Op::Binary(b, x, y) => Op::Binary(b, f(x), f(y)),
-        Op::Select(c, x, y) => Op::Select(f(c), f(x), f(y)),
-        Op::MaskFill { value, dim, fill } => Op::MaskFill { value: f(value), dim, fill },
-        Op::Reduce { op, value, dim } => Op::Reduce { op, value: f(value), dim },
-        Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
-        leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
     }
 }

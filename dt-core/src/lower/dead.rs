@@ -1,4 +1,4 @@
-//! Pass 5: dead code. Drops every `Let` whose value nothing reads, and every accumulator that
+//! Pass 6: dead code. Drops every `Let` whose value nothing reads, and every accumulator that
 //! is never read (its `Init` and `Update`s), until nothing more goes; then loops left empty.
 //! Common subexpressions leave such code behind: a fused statistic whose every read now uses
 //! the value it was set from.

@@ -7,8 +7,9 @@
 //!    bound become straight-line code.
 //! 4. [`cse::merge_common_subexpressions`]: equal operations in one statement list (loads
 //!    included) are computed once.
-//! 5. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
-//! 6. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 5. [`masks::drop_redundant_masks`]: a mask whose work the load under it can do goes.
+//! 6. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
+//! 7. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
@@ -16,6 +17,7 @@ mod cse;
 mod dead;
 mod grid;
 mod layout;
+mod masks;
 mod nest;
 mod single_pass;
 
@@ -70,6 +72,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("single_pass", &kernel);
     cse::merge_common_subexpressions(&mut kernel);
     log("cse", &kernel);
+    masks::drop_redundant_masks(&mut kernel);
+    log("masks", &kernel);
     dead::drop_dead_code(&mut kernel);
     log("dead", &kernel);
     layout::assign_layouts(&mut kernel);

@@ -179,7 +179,7 @@ impl Builder<'_> {
             Expr::Len(d) => self.value(Shape::default(), Op::Len(*d)),
             Expr::Load { input, index } => {
                 let slot = self.p.kernel_inputs(self.k).iter().position(|x| x == input).expect("input of the kernel");
-                self.value(self.shape_of(index.iter().copied()), Op::Load { input: slot, axes: index.clone() })
+                self.value(self.shape_of(index.iter().copied()), Op::Load { input: slot, axes: index.clone(), fill: 0.0 })
             }
             Expr::Read { func, index } => {
                 if let Some((_, labels, var)) = self.placed.iter().find(|(g, _, _)| g == func).cloned() {
