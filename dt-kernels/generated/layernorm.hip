@@ -1098,7 +1098,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+/* kernel layernorm_4k for f16: grid block(x:2); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1112,12 +1112,58 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 4096u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = ((b0 * 2) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = (0 + l10) * args.input_strides[1][0];
+        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = (0 + l11) * args.input_strides[2][0];
+        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q12[1];
+        bool f13[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -1126,25 +1172,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             acc0[r] = 0e0f;
         }
         float v0[8];
-        uint4 q3[1];
-        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 4096u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l19 = (int)((unsigned)e / 4096u % 1u);
+            const int l20 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            if (f13[c]) {
+                const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1154,14 +1189,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1175,15 +1210,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -1236,8 +1272,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l32 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1257,9 +1293,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a22;
+            float a34 = 0e0f;
+            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a34;
         }
         {
             const int r = 0, e = 0;
@@ -1305,23 +1341,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             }
         }
         float v26[8];
-        uint4 q30[1];
-        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
+            const int l44 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l44) * args.input_strides[1][0];
+            if (fn5[c]) {
+                const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1331,14 +1357,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1350,23 +1376,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             }
         }
         float v28[8];
-        uint4 q36[1];
-        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
+            const int l49 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l49) * args.input_strides[2][0];
+            if (fn7[c]) {
+                const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1376,14 +1392,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1397,26 +1413,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 4096u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l52 = (int)((unsigned)e / 4096u % 1u);
+            const int l53 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
+/* kernel layernorm_4k for bf16: grid block(x:2); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1430,12 +1446,58 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 4096u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = ((b0 * 2) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = (0 + l10) * args.input_strides[1][0];
+        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 512 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = (0 + l11) * args.input_strides[2][0];
+        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q12[1];
+        bool f13[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 4096u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -1444,25 +1506,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             acc0[r] = 0e0f;
         }
         float v0[8];
-        uint4 q3[1];
-        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 4096u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l19 = (int)((unsigned)e / 4096u % 1u);
+            const int l20 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            if (f13[c]) {
+                const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1472,14 +1523,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1493,15 +1544,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 16; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a22 = 0e0f;
+            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -1554,8 +1606,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l32 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1575,9 +1627,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a22;
+            float a34 = 0e0f;
+            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a34;
         }
         {
             const int r = 0, e = 0;
@@ -1623,23 +1675,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             }
         }
         float v26[8];
-        uint4 q30[1];
-        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
+            const int l44 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l44) * args.input_strides[1][0];
+            if (fn5[c]) {
+                const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1649,14 +1691,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1668,23 +1710,13 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             }
         }
         float v28[8];
-        uint4 q36[1];
-        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
+            const int l49 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (0 + l49) * args.input_strides[2][0];
+            if (fn7[c]) {
+                const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1694,14 +1726,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1715,26 +1747,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 4096u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l52 = (int)((unsigned)e / 4096u % 1u);
+            const int l53 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
+/* kernel layernorm_4k for f32: grid block(x:2); 512 threads, 128 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1748,12 +1780,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -1792,6 +1824,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -1993,7 +2026,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:1); 2048 threads, 512 bytes of shared memory */
+/* kernel layernorm_16k for f16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2007,12 +2040,58 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 16384u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = ((b0 * 4) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = (0 + l10) * args.input_strides[1][0];
+        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = (0 + l11) * args.input_strides[2][0];
+        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        uint4 q12[1];
+        bool f13[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 2048 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 16384u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 16384u);
+                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -2021,25 +2100,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             acc0[r] = 0e0f;
         }
         float v0[8];
-        uint4 q3[1];
-        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 16384u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l19 = (int)((unsigned)e / 16384u % 1u);
+            const int l20 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            if (f13[c]) {
+                const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2049,14 +2117,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2070,15 +2138,16 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 64; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a22 = 0e0f;
+            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -2131,8 +2200,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2152,9 +2221,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 64)[g * 1 + e];
-            v14[r] = a22;
+            float a34 = 0e0f;
+            for (int g = 0; g < 64; g++) a34 = a34 + ((dt_smem + 0) + 64)[g * 1 + e];
+            v14[r] = a34;
         }
         {
             const int r = 0, e = 0;
@@ -2200,23 +2269,13 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v26[8];
-        uint4 q30[1];
-        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
+            const int l44 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l44) * args.input_strides[1][0];
+            if (fn5[c]) {
+                const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2226,14 +2285,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -2245,23 +2304,13 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v28[8];
-        uint4 q36[1];
-        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
+            const int l49 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l49) * args.input_strides[2][0];
+            if (fn7[c]) {
+                const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2271,14 +2320,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -2292,26 +2341,26 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 16384u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l52 = (int)((unsigned)e / 16384u % 1u);
+            const int l53 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:1); 2048 threads, 512 bytes of shared memory */
+/* kernel layernorm_16k for bf16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2325,12 +2374,58 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[1];
+    bool fn3[1];
+    uint4 qn4[1];
+    bool fn5[1];
+    uint4 qn6[1];
+    bool fn7[1];
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 16384u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = ((b0 * 4) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = (0 + l10) * args.input_strides[1][0];
+        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 1; c++) {
+        const int e = (c * 2048 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = (0 + l11) * args.input_strides[2][0];
+        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        uint4 q12[1];
+        bool f13[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 2048 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 16384u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 16384u);
+                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -2339,25 +2434,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             acc0[r] = 0e0f;
         }
         float v0[8];
-        uint4 q3[1];
-        bool f4[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 16384u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l19 = (int)((unsigned)e / 16384u % 1u);
+            const int l20 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            if (f13[c]) {
+                const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2367,14 +2451,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2388,15 +2472,16 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 64; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a22 = 0e0f;
+            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a22;
         }
         {
             const int r = 0, e = 0;
@@ -2449,8 +2534,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l32 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2470,9 +2555,9 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 64)[g * 1 + e];
-            v14[r] = a22;
+            float a34 = 0e0f;
+            for (int g = 0; g < 64; g++) a34 = a34 + ((dt_smem + 0) + 64)[g * 1 + e];
+            v14[r] = a34;
         }
         {
             const int r = 0, e = 0;
@@ -2518,23 +2603,13 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v26[8];
-        uint4 q30[1];
-        bool f31[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
+            const int l44 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l44) * args.input_strides[1][0];
+            if (fn5[c]) {
+                const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2544,14 +2619,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -2563,23 +2638,13 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v28[8];
-        uint4 q36[1];
-        bool f37[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
+            const int l49 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (0 + l49) * args.input_strides[2][0];
+            if (fn7[c]) {
+                const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2589,14 +2654,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -2610,26 +2675,26 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 2048 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 16384u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l52 = (int)((unsigned)e / 16384u % 1u);
+            const int l53 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_16k for f32: grid block(x:1); 2048 threads, 512 bytes of shared memory */
+/* kernel layernorm_16k for f32: grid block(x:4); 2048 threads, 512 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2643,12 +2708,12 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -2687,6 +2752,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }

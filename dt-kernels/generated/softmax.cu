@@ -750,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+/* kernel softmax_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -762,12 +762,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l4 = (int)((unsigned)e / 4096u % 1u);
+        const int l5 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = ((b0 * 2) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q6[2];
+        bool f7[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 4096u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 4096u);
+                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rmax identity */
         float acc0[1];
         {
@@ -776,25 +802,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             acc0[r] = (-INFINITY);
         }
         float v0[16];
-        uint4 q3[2];
-        bool f4[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 4096u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l13 = (int)((unsigned)e / 4096u % 1u);
+            const int l14 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            if (f7[c]) {
+                const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -804,14 +819,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -825,15 +840,16 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            float a16 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a16;
         }
         {
             const int r = 0, e = 0;
@@ -874,8 +890,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l25 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -895,9 +911,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v9[r] = a21;
+            float a27 = 0e0f;
+            for (int g = 0; g < 8; g++) a27 = a27 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a27;
         }
         {
             const int r = 0, e = 0;
@@ -921,26 +937,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 4096u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 4096u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+/* kernel softmax_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -952,12 +968,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 256 + tid) * 8;
+        const int l4 = (int)((unsigned)e / 4096u % 1u);
+        const int l5 = (int)((unsigned)e / 1u % 4096u);
+        const long long a = ((b0 * 2) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q6[2];
+        bool f7[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 256 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 4096u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 4096u);
+                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rmax identity */
         float acc0[1];
         {
@@ -966,25 +1008,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             acc0[r] = (-INFINITY);
         }
         float v0[16];
-        uint4 q3[2];
-        bool f4[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 4096u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l13 = (int)((unsigned)e / 4096u % 1u);
+            const int l14 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            if (f7[c]) {
+                const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -994,14 +1025,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1015,15 +1046,16 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            float a16 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a16;
         }
         {
             const int r = 0, e = 0;
@@ -1064,8 +1096,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l25 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1085,9 +1117,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v9[r] = a21;
+            float a27 = 0e0f;
+            for (int g = 0; g < 8; g++) a27 = a27 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a27;
         }
         {
             const int r = 0, e = 0;
@@ -1111,26 +1143,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 4096u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 4096u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
+/* kernel softmax_4k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1142,12 +1174,12 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_4k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1186,6 +1218,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -1297,7 +1330,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+/* kernel softmax_16k for f16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1309,12 +1342,38 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
+        const int l4 = (int)((unsigned)e / 16384u % 1u);
+        const int l5 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = ((b0 * 4) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        uint4 q6[2];
+        bool f7[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 16384u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 16384u);
+                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rmax identity */
         float acc0[1];
         {
@@ -1323,25 +1382,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             acc0[r] = (-INFINITY);
         }
         float v0[16];
-        uint4 q3[2];
-        bool f4[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 16384u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l13 = (int)((unsigned)e / 16384u % 1u);
+            const int l14 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            if (f7[c]) {
+                const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -1351,14 +1399,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1372,15 +1420,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            float a16 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a16;
         }
         {
             const int r = 0, e = 0;
@@ -1421,8 +1470,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l25 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1442,9 +1491,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a21;
+            float a27 = 0e0f;
+            for (int g = 0; g < 32; g++) a27 = a27 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a27;
         }
         {
             const int r = 0, e = 0;
@@ -1468,26 +1517,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 16384u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 16384u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+/* kernel softmax_16k for bf16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1499,12 +1548,38 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
+        const int l4 = (int)((unsigned)e / 16384u % 1u);
+        const int l5 = (int)((unsigned)e / 1u % 16384u);
+        const long long a = ((b0 * 4) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
+        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
+        uint4 q6[2];
+        bool f7[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l8 = (int)((unsigned)e / 16384u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 16384u);
+                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
+                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rmax identity */
         float acc0[1];
         {
@@ -1513,25 +1588,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             acc0[r] = (-INFINITY);
         }
         float v0[16];
-        uint4 q3[2];
-        bool f4[2];
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 1024 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 16384u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
+            const int l13 = (int)((unsigned)e / 16384u % 1u);
+            const int l14 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            if (f7[c]) {
+                const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                 v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                 v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -1541,14 +1605,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1562,15 +1626,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a10;
+            float a16 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a16;
         }
         {
             const int r = 0, e = 0;
@@ -1611,8 +1676,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l25 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1632,9 +1697,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 32; g++) a21 = a21 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a21;
+            float a27 = 0e0f;
+            for (int g = 0; g < 32; g++) a27 = a27 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a27;
         }
         {
             const int r = 0, e = 0;
@@ -1658,26 +1723,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 16384u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 16384u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
+            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
+            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+/* kernel softmax_16k for f32: grid block(x:4); 1024 threads, 256 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1689,12 +1754,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 4));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) softmax_16k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
+    /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1733,6 +1798,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
                 for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }

@@ -134,6 +134,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         slot_offsets: offsets,
         plan,
         partials: Partials::default(),
+        prefetched: Vec::new(),
     };
     let t = c_type(dtype);
     let _ = writeln!(
@@ -345,6 +346,17 @@ struct Emitter<'a> {
     /// The register layout of every value and accumulator, and the tensor-core dots.
     plan: Plan,
     partials: Partials,
+    /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
+    prefetched: Vec<(ValueId, String, String)>,
+}
+
+/// A load that [`Emitter::pipelined_rows`] issues ahead, with the offsets of the single-step
+/// loops it sits in.
+struct Prefetch {
+    value: ValueId,
+    input: usize,
+    axes: Vec<DimId>,
+    at: Vec<(DimId, String)>,
 }
 
 /// What the printed code has done so far to the two regions of partials of reductions in
@@ -686,6 +698,117 @@ impl Emitter<'_> {
         }
     }
 
+    /// Issues the 16-byte loads of a 16-bit tile of `input` read along `axes` at the current
+    /// offsets into `q[c]`, with `fast[c]` saying which runs it loaded (the others are read one
+    /// element at a time where they are unpacked).
+    fn issue_vector_loads(&mut self, shape: &Shape, input: usize, axes: &[DimId], q: &str, fast: &str) {
+        let v = self.vector_run(shape, axes).unwrap_or(1);
+        let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
+        let last = axes.len() - 1;
+        self.for_runs(shape, v, |e, lanes, _| {
+            let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
+            let (end_ok, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+            e.line(&format!("const long long a = {addr};"));
+            e.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
+            e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
+        });
+    }
+
+    /// The loads of block loop `l` that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in
+    /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
+    /// known ahead: the start of their block).
+    fn prefetchable(&self, l: &Loop) -> Vec<Prefetch> {
+        if l.stages < 2 || l.kind != LoopKind::Block || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        self.collect_prefetchable(&l.body, &mut Vec::new(), &mut out);
+        out
+    }
+
+    fn collect_prefetchable(&self, body: &[Stmt], at: &mut Vec<(DimId, String)>, out: &mut Vec<Prefetch>) {
+        for s in body {
+            match s {
+                Stmt::Let { value, op: Op::Load { input, axes, .. } }
+                    if self.layout(*value) == RegLayout::Blocked
+                        && !self.plan.direct_load(*value)
+                        && self.vector_run(&self.k.value(*value).shape, axes).is_some() =>
+                {
+                    out.push(Prefetch { value: *value, input: *input, axes: axes.clone(), at: at.clone() });
+                }
+                Stmt::Loop(inner) if self.single_iteration(inner) => {
+                    at.push((inner.dim, format!("({})", super::loop_range(self.k, inner).0)));
+                    self.collect_prefetchable(&inner.body, at, out);
+                    at.pop();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A block loop over several rows whose loads are issued one step ahead (`num_stages`):
+    /// the loads of the first step before the loop, and in each step, before its work, those
+    /// of the next, into registers the work then no longer needs (a double buffer of raw
+    /// 16-byte words). The memory system so always has a step's loads in flight. A load that
+    /// does not move with the loop (layernorm's weights) is issued once, before it.
+    fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
+        let (start, end) = super::loop_range(self.k, l);
+        let o = self.fresh("o");
+        self.line(&format!("/* {}: loads one step ahead */", l.origin));
+        let mut names = Vec::new();
+        for p in loads {
+            let shape = &self.k.value(p.value).shape;
+            let runs = self.regs(shape.elements()) / self.vector_run(shape, &p.axes).unwrap_or(1);
+            let (q, f) = (self.fresh("qn"), self.fresh("fn"));
+            self.line(&format!("uint4 {q}[{runs}];"));
+            self.line(&format!("bool {f}[{runs}];"));
+            names.push((q, f, runs));
+        }
+        let moving = |p: &Prefetch| p.axes.contains(&l.dim);
+        let issue = |e: &mut Self, at: String, only_moving: bool| {
+            for (p, (q, f, _)) in loads.iter().zip(&names) {
+                if only_moving && !moving(p) {
+                    continue;
+                }
+                let depth = e.offsets.len();
+                e.offsets.push((l.dim, at.clone()));
+                e.offsets.extend(p.at.iter().cloned());
+                let shape = e.k.value(p.value).shape.clone();
+                e.issue_vector_loads(&shape, p.input, &p.axes, q, f);
+                e.offsets.truncate(depth);
+            }
+        };
+        issue(self, format!("({start})"), false);
+        self.line(&format!("for (long long {o} = {start}; {o} < {end}; {o} += {}) {{", l.step));
+        self.depth += 1;
+        self.offsets.push((l.dim, o.clone()));
+        let mut current = Vec::new();
+        for (p, (q, f, runs)) in loads.iter().zip(&names) {
+            if !moving(p) {
+                current.push((p.value, q.clone(), f.clone()));
+                continue;
+            }
+            let (qc, fc) = (self.fresh("q"), self.fresh("f"));
+            self.line(&format!("uint4 {qc}[{runs}];"));
+            self.line(&format!("bool {fc}[{runs}];"));
+            self.line("#pragma unroll");
+            self.line(&format!("for (int c = 0; c < {runs}; c++) {{ {qc}[c] = {q}[c]; {fc}[c] = {f}[c]; }}"));
+            current.push((p.value, qc, fc));
+        }
+        self.line(&format!("if ({o} + {} < {end}) {{", l.step));
+        self.depth += 1;
+        issue(self, format!("({o} + {})", l.step), true);
+        self.depth -= 1;
+        self.line("}");
+        self.prefetched.extend(current);
+        self.stmts(&l.body)?;
+        self.prefetched.clear();
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
     fn declare(&mut self, name: &str, shape: &Shape) {
         let r = self.regs(shape.elements());
         self.line(&format!("float {name}[{r}];"));
@@ -769,6 +892,10 @@ impl Emitter<'_> {
             Stmt::Loop(l) => {
                 if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
                     return self.pipelined_loop(l, id, &d);
+                }
+                let loads = self.prefetchable(l);
+                if !loads.is_empty() {
+                    return self.pipelined_rows(l, &loads);
                 }
                 let o = self.fresh("o");
                 if !l.origin.is_empty() {
@@ -874,17 +1001,19 @@ impl Emitter<'_> {
                     let (end_ok, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
-                if batched {
-                    let runs = self.regs(shape.elements()) / v;
-                    self.line(&format!("uint4 {q}[{runs}];"));
-                    self.line(&format!("bool {fast}[{runs}];"));
-                    self.for_runs(&shape, v, |e, lanes, _| {
-                        let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
-                        e.line(&format!("const long long a = {addr};"));
-                        e.line(&format!("{fast}[c] = {};", aligned(e, lanes)));
-                        e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
-                    });
-                }
+                let prefetched = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
+                let (q, fast) = match prefetched {
+                    Some(names) => names,
+                    None => {
+                        if batched {
+                            let runs = self.regs(shape.elements()) / v;
+                            self.line(&format!("uint4 {q}[{runs}];"));
+                            self.line(&format!("bool {fast}[{runs}];"));
+                            self.issue_vector_loads(&shape, *input, axes, &q, &fast);
+                        }
+                        (q, fast)
+                    }
+                };
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));

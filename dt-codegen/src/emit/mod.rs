@@ -144,17 +144,22 @@ impl Lanes {
 /// The `for` line of a kernel-IR loop whose offset variable is `var`: a blocked dimension loops
 /// over this program's block, any other over the whole dimension. Shared by every C emitter.
 pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> String {
+    let (start, end) = loop_range(k, l);
+    format!("for (long long {var} = {start}; {var} < {end}; {var} += {}) {{", l.step)
+}
+
+/// The first offset of a kernel-IR loop and the end of its range, as C expressions.
+pub(crate) fn loop_range(k: &Kernel, l: &dt_core::kir::Loop) -> (String, String) {
     use dt_core::kir::LoopKind;
     let slot = k.dim_slot(l.dim);
     let size = format!("s{slot}");
-    let (start, end) = match l.kind {
+    match l.kind {
         LoopKind::Block => {
             let b = k.grid.block_extent(l.dim).unwrap_or(1);
             (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
         }
         LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
-    };
-    format!("for (long long {var} = {start}; {var} < {end}; {var} += {}) {{", l.step)
+    }
 }
 
 /// The validity condition and the element offset of a tensor access at the current lanes:

@@ -139,7 +139,15 @@ impl Builder<'_> {
             }
         }
         self.kernel_loops(level + 1)?;
-        self.close_loop(d, kind, step, 1, origin.trim().to_string());
+        // num_stages also pipelines the loads of a block loop with several steps (its rows).
+        let stages = match kf.schedule.block_extent(d) {
+            Some(b) if kf.schedule.num_stages > 1 && b > step => kf.schedule.num_stages,
+            _ => 1,
+        };
+        if stages > 1 {
+            origin = format!("{origin} num_stages({stages})");
+        }
+        self.close_loop(d, kind, step, stages, origin.trim().to_string());
         Ok(())
     }
 
