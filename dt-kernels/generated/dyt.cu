@@ -47,12 +47,34 @@ DT_FN dt_f16 dt_f32_to_f16(float f) {
 #endif
 
 DT_FN float dt_bf16_to_f32(dt_bf16 h) { return __int_as_float((int)((unsigned)h << 16)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One instruction from sm_80 on (a NaN becomes the canonical NaN). */
+DT_FN dt_bf16 dt_f32_to_bf16(float f) {
+    dt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+/* Two values rounded and packed by one instruction, `lo` in the low half (the first in memory). */
+DT_FN unsigned dt_pack2_f16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#else
 DT_FN dt_bf16 dt_f32_to_bf16(float f) {
     unsigned x = (unsigned)__float_as_int(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (dt_bf16)((x >> 16) | 0x40u); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);                                          /* ties to even */
     return (dt_bf16)(x >> 16);
 }
+DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16(lo) | ((unsigned)dt_f32_to_f16(hi) << 16); }
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
+#endif
 
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
@@ -387,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
@@ -587,7 +609,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
@@ -928,7 +950,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v7[c * 8 + 0]) | ((unsigned)dt_store_f16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 2]) | ((unsigned)dt_store_f16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 4]) | ((unsigned)dt_store_f16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v7[c * 8 + 6]) | ((unsigned)dt_store_f16(v7[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
@@ -1128,7 +1150,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
                 const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v7[c * 8 + 0]) | ((unsigned)dt_store_bf16(v7[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 2]) | ((unsigned)dt_store_bf16(v7[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 4]) | ((unsigned)dt_store_bf16(v7[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v7[c * 8 + 6]) | ((unsigned)dt_store_bf16(v7[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
                     if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);

@@ -47,12 +47,34 @@ DT_FN dt_f16 dt_f32_to_f16(float f) {
 #endif
 
 DT_FN float dt_bf16_to_f32(dt_bf16 h) { return __int_as_float((int)((unsigned)h << 16)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One instruction from sm_80 on (a NaN becomes the canonical NaN). */
+DT_FN dt_bf16 dt_f32_to_bf16(float f) {
+    dt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+/* Two values rounded and packed by one instruction, `lo` in the low half (the first in memory). */
+DT_FN unsigned dt_pack2_f16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#else
 DT_FN dt_bf16 dt_f32_to_bf16(float f) {
     unsigned x = (unsigned)__float_as_int(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (dt_bf16)((x >> 16) | 0x40u); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);                                          /* ties to even */
     return (dt_bf16)(x >> 16);
 }
+DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16(lo) | ((unsigned)dt_f32_to_f16(hi) << 16); }
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
+#endif
 
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
@@ -506,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
             const int l43 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
@@ -824,7 +846,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
             const int l43 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
@@ -1417,7 +1439,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             const int l53 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
@@ -1751,7 +1773,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             const int l53 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
@@ -2345,7 +2367,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int l53 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
@@ -2679,7 +2701,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int l53 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
                 if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
@@ -3353,7 +3375,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int l60 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v29[c * 8 + 0]) | ((unsigned)dt_store_f16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 2]) | ((unsigned)dt_store_f16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 4]) | ((unsigned)dt_store_f16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v29[c * 8 + 6]) | ((unsigned)dt_store_f16(v29[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
                     if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
@@ -3768,7 +3790,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int l60 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v29[c * 8 + 0]) | ((unsigned)dt_store_bf16(v29[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 2]) | ((unsigned)dt_store_bf16(v29[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 4]) | ((unsigned)dt_store_bf16(v29[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v29[c * 8 + 6]) | ((unsigned)dt_store_bf16(v29[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
                     if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);

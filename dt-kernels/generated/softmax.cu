@@ -47,12 +47,34 @@ DT_FN dt_f16 dt_f32_to_f16(float f) {
 #endif
 
 DT_FN float dt_bf16_to_f32(dt_bf16 h) { return __int_as_float((int)((unsigned)h << 16)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One instruction from sm_80 on (a NaN becomes the canonical NaN). */
+DT_FN dt_bf16 dt_f32_to_bf16(float f) {
+    dt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+/* Two values rounded and packed by one instruction, `lo` in the low half (the first in memory). */
+DT_FN unsigned dt_pack2_f16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#else
 DT_FN dt_bf16 dt_f32_to_bf16(float f) {
     unsigned x = (unsigned)__float_as_int(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (dt_bf16)((x >> 16) | 0x40u); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);                                          /* ties to even */
     return (dt_bf16)(x >> 16);
 }
+DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16(lo) | ((unsigned)dt_f32_to_f16(hi) << 16); }
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
+#endif
 
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
@@ -378,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
@@ -568,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
@@ -941,7 +963,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
@@ -1147,7 +1169,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
@@ -1521,7 +1543,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
@@ -1727,7 +1749,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
             if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
                 if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
@@ -2189,7 +2211,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int l46 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_f16(v16[c * 8 + 0]) | ((unsigned)dt_store_f16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 2]) | ((unsigned)dt_store_f16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 4]) | ((unsigned)dt_store_f16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_f16(v16[c * 8 + 6]) | ((unsigned)dt_store_f16(v16[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
                     if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
@@ -2484,7 +2506,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int l46 = (int)((unsigned)e / 1u % 8192u);
                 const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
                 if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4((unsigned)dt_store_bf16(v16[c * 8 + 0]) | ((unsigned)dt_store_bf16(v16[c * 8 + 1]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 2]) | ((unsigned)dt_store_bf16(v16[c * 8 + 3]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 4]) | ((unsigned)dt_store_bf16(v16[c * 8 + 5]) << 16), (unsigned)dt_store_bf16(v16[c * 8 + 6]) | ((unsigned)dt_store_bf16(v16[c * 8 + 7]) << 16));
+                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
                     if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
                     if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);

@@ -689,12 +689,12 @@ impl Emitter<'_> {
 
     /// The four 32-bit words holding registers `BASE ..` of `src` stored as the element type.
     fn pack_words(&self, src: &str, v: usize) -> Vec<String> {
-        let store = format!("dt_store_{}", self.dtype.name());
         match self.dtype {
             DType::F32 => (0..v).map(|j| format!("__float_as_uint({src}[BASE + {j}])")).collect(),
-            DType::F16 | DType::BF16 => (0..v / 2)
-                .map(|w| format!("(unsigned){store}({src}[BASE + {}]) | ((unsigned){store}({src}[BASE + {}]) << 16)", 2 * w, 2 * w + 1))
-                .collect(),
+            DType::F16 | DType::BF16 => {
+                let pack = format!("dt_pack2_{}", self.dtype.name());
+                (0..v / 2).map(|w| format!("{pack}({src}[BASE + {}], {src}[BASE + {}])", 2 * w, 2 * w + 1)).collect()
+            }
         }
     }
 

@@ -46,12 +46,34 @@ DT_FN dt_f16 dt_f32_to_f16(float f) {
 #endif
 
 DT_FN float dt_bf16_to_f32(dt_bf16 h) { return __int_as_float((int)((unsigned)h << 16)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* One instruction from sm_80 on (a NaN becomes the canonical NaN). */
+DT_FN dt_bf16 dt_f32_to_bf16(float f) {
+    dt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+/* Two values rounded and packed by one instruction, `lo` in the low half (the first in memory). */
+DT_FN unsigned dt_pack2_f16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+#else
 DT_FN dt_bf16 dt_f32_to_bf16(float f) {
     unsigned x = (unsigned)__float_as_int(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (dt_bf16)((x >> 16) | 0x40u); /* quiet NaN */
     x += 0x7fffu + ((x >> 16) & 1u);                                          /* ties to even */
     return (dt_bf16)(x >> 16);
 }
+DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16(lo) | ((unsigned)dt_f32_to_f16(hi) << 16); }
+DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
+#endif
 
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
