@@ -69,7 +69,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.line(&format!("const long long programs = {};", super::program_count(k)));
     e.line("for (long long pid = first; pid < last && pid < programs; pid++) {");
     e.depth += 1;
-    for l in super::program_coords(k, "continue;", "long long") {
+    for l in super::program_coords(k, "continue;", super::CPU_INDEX) {
         e.line(&l);
     }
     e.stmts(&k.body)?;
@@ -189,7 +189,14 @@ impl Emitter<'_> {
                 let out_dims = self.k.output.dims.clone();
                 let store = format!("dt_store_{}", self.dtype.name());
                 self.for_lanes(tile, |e, l| {
-                    let (cond, addr) = super::masked_address(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args->output_strides[{a}]"));
+                    let (cond, addr) = super::masked_address(
+                        super::CPU_INDEX,
+                        e.k,
+                        &out_dims,
+                        l,
+                        |d| e.offset(d),
+                        |a| format!("args->output_strides[{a}]"),
+                    );
                     e.line(&format!("if ({cond}) out[{addr}] = {store}({src}[{}]);", l.index(&vshape)));
                 });
             }
@@ -219,8 +226,14 @@ impl Emitter<'_> {
                 let load = format!("dt_load_{}", self.dtype.name());
                 let fill = float_lit(*fill);
                 self.for_lanes(&shape, |e, l| {
-                    let (cond, addr) =
-                        super::masked_address(e.k, axes, l, |d| e.offset(d), |a| format!("args->input_strides[{input}][{a}]"));
+                    let (cond, addr) = super::masked_address(
+                        super::CPU_INDEX,
+                        e.k,
+                        axes,
+                        l,
+                        |d| e.offset(d),
+                        |a| format!("args->input_strides[{input}][{a}]"),
+                    );
                     e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};", l.index(&shape)));
                 });
             }

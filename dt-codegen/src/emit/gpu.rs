@@ -161,7 +161,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
     }
     e.line(&format!("{t}* __restrict__ out = ({t}*)args.output; /* {} */", k.output.name));
     e.line("const long long pid = (long long)blockIdx.x;");
-    for l in program_coords(k, "return;", "unsigned") {
+    for l in program_coords(k, "return;", super::GPU_INDEX) {
         e.line(&l);
     }
     e.stmts(&k.body)?;
@@ -398,7 +398,7 @@ impl Emitter<'_> {
     }
 
     fn valid(&self, d: DimId, lane: &str) -> String {
-        super::in_bounds("unsigned", &self.offset(d), lane, &self.size(d))
+        super::in_bounds(super::GPU_INDEX, &self.offset(d), lane, &self.size(d))
     }
 
     /// Whether the threads' registers hold exactly the `n` elements of a tile (none left over).
@@ -706,8 +706,9 @@ impl Emitter<'_> {
         let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
         let last = axes.len() - 1;
         self.for_runs(shape, v, |e, lanes, _| {
-            let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
-            let (end_ok, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+            let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
+            let (end_ok, _) =
+                super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
             e.line(&format!("const long long a = {addr};"));
             e.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
             e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
@@ -922,15 +923,17 @@ impl Emitter<'_> {
                 let src = format!("v{}", value.0);
                 let words = self.pack_words(&src, v);
                 self.for_runs(tile, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address_gpu(e.k, &dims, lanes, |d| e.offset(d), stride);
-                    let (end_ok, _) = super::masked_address_gpu(e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
+                    let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, &dims, lanes, |d| e.offset(d), stride);
+                    let (end_ok, _) =
+                        super::masked_address(super::GPU_INDEX, e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));
                     e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
                     e.line(&format!("    *(uint4*)(out + a) = make_uint4({});", words.join(", ")));
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) = super::masked_address_gpu(e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
+                        let (cond, _) =
+                            super::masked_address(super::GPU_INDEX, e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
                         e.line(&format!("    if ({cond}) out[a + {j} * {}] = {store}({src}[{base} + {j}]);", stride(last)));
                     }
                     e.line("}");
@@ -945,8 +948,14 @@ impl Emitter<'_> {
                 // A replicated tile is stored by one thread.
                 let writer = if layout == RegLayout::Replicated { "tid == 0 && " } else { "" };
                 self.for_owned(tile, layout, |e, l| {
-                    let (cond, addr) =
-                        super::masked_address_gpu(e.k, &out_dims, l, |d| e.offset(d), |a| format!("args.output_strides[{a}]"));
+                    let (cond, addr) = super::masked_address(
+                        super::GPU_INDEX,
+                        e.k,
+                        &out_dims,
+                        l,
+                        |d| e.offset(d),
+                        |a| format!("args.output_strides[{a}]"),
+                    );
                     let v = e.read(&src[0], l);
                     e.line(&format!("if ({writer}{cond}) out[{addr}] = {store}({v});"));
                 });
@@ -998,7 +1007,8 @@ impl Emitter<'_> {
                 let batched = self.dtype.size_bytes() == 2;
                 let (q, fast) = (self.fresh("q"), self.fresh("f"));
                 let aligned = |e: &Self, lanes: &Lanes| {
-                    let (end_ok, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+                    let (end_ok, _) =
+                        super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
                 let prefetched = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
@@ -1015,7 +1025,7 @@ impl Emitter<'_> {
                     }
                 };
                 self.for_runs(&shape, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address_gpu(e.k, axes, lanes, |d| e.offset(d), stride);
+                    let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
                     e.line(&format!("const long long a = {addr};"));
                     if batched {
                         e.line(&format!("if ({fast}[c]) {{"));
@@ -1029,7 +1039,8 @@ impl Emitter<'_> {
                     }
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) = super::masked_address_gpu(e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                        let (cond, _) =
+                            super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
                         e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : {fill};", stride(last)));
                     }
                     e.line("}");
@@ -1040,8 +1051,14 @@ impl Emitter<'_> {
                 let load = format!("dt_load_{}", self.dtype.name());
                 let fill = float_lit(*fill);
                 self.for_owned(&shape, layout, |e, l| {
-                    let (cond, addr) =
-                        super::masked_address_gpu(e.k, axes, l, |d| e.offset(d), |a| format!("args.input_strides[{input}][{a}]"));
+                    let (cond, addr) = super::masked_address(
+                        super::GPU_INDEX,
+                        e.k,
+                        axes,
+                        l,
+                        |d| e.offset(d),
+                        |a| format!("args.input_strides[{input}][{a}]"),
+                    );
                     e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};"));
                 });
             }

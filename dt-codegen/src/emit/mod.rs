@@ -162,44 +162,27 @@ pub(crate) fn loop_range(k: &Kernel, l: &dt_core::kir::Loop) -> (String, String)
     }
 }
 
-/// The validity condition and the element offset of a tensor access at the current lanes:
-/// axis `a` is indexed along `dims[a]` at `offset(dim) + lane`, times `stride(a)`. The
-/// condition compares in 64 bits, as the CPU's C does; see [`masked_address_gpu`].
-pub(crate) fn masked_address(
-    k: &Kernel,
-    dims: &[dt_core::algo::DimId],
-    lanes: &Lanes,
-    offset: impl Fn(dt_core::algo::DimId) -> String,
-    stride: impl Fn(usize) -> String,
-) -> (String, String) {
-    masked_address_in("long long", k, dims, lanes, offset, stride)
-}
-
-/// [`masked_address`] with the condition compared in 32-bit unsigned arithmetic, half the
-/// instructions of a 64-bit comparison on a GPU: a tensor has at most 2^31 elements
-/// ([`dt_core::tensor::MAX_ELEMENTS`]), so every size, and every offset plus lane below a size
-/// or up to a tile past it, is below 2^32.
-pub(crate) fn masked_address_gpu(
-    k: &Kernel,
-    dims: &[dt_core::algo::DimId],
-    lanes: &Lanes,
-    offset: impl Fn(dt_core::algo::DimId) -> String,
-    stride: impl Fn(usize) -> String,
-) -> (String, String) {
-    masked_address_in("unsigned", k, dims, lanes, offset, stride)
-}
+/// C type of index arithmetic in the CPU's C: 64-bit.
+pub(crate) const CPU_INDEX: &str = "long long";
+/// C type of bounds comparisons on a GPU: 32-bit unsigned, half the instructions of a 64-bit
+/// comparison. A tensor has at most 2^31 elements ([`dt_core::tensor::MAX_ELEMENTS`]), so every
+/// size, and every offset plus lane below a size or up to a tile past it, is below 2^32.
+pub(crate) const GPU_INDEX: &str = "unsigned";
 
 /// The validity condition of lane `lane` past offset `offset` along a dimension of size
 /// variable `size`, compared in C type `index`.
 pub(crate) fn in_bounds(index: &str, offset: &str, lane: &str, size: &str) -> String {
-    if index == "long long" {
+    if index == CPU_INDEX {
         format!("{offset} + {lane} < {size}")
     } else {
         format!("({index})({offset} + {lane}) < ({index}){size}")
     }
 }
 
-fn masked_address_in(
+/// The validity condition (compared in C type `index`) and the element offset of a tensor
+/// access at the current lanes: axis `a` is indexed along `dims[a]` at `offset(dim) + lane`,
+/// times `stride(a)`.
+pub(crate) fn masked_address(
     index: &str,
     k: &Kernel,
     dims: &[dt_core::algo::DimId],
