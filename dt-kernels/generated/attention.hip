@@ -194,6 +194,79 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 }
 #endif
 
+#if defined(__HIPCC__)
+/* Matrix cores, for dots of f16 and bf16 tiles staged in shared memory.
+ * dt_copy16_to_shared: 16 bytes from global memory to shared memory, both 16-byte aligned.
+ * dt_mfma_16x16x16_T: d += a * b for one 16x16x16 step of a wavefront (all 64 lanes call it):
+ * lane l gives A[l % 16][(l / 16) * 4 + q] and B[(l / 16) * 4 + q][l % 16] for q = 0..3, in
+ * pairs (q = 0, 1 in a[0], the first in the low half; q = 2, 3 in a[1]), and holds
+ * d[q] = D[(l / 16) * 4 + q][l % 16]. One v_mfma_f32_16x16x16 instruction where the GPU has it
+ * (f16 from gfx908 on, bf16 from gfx90a on); elsewhere each lane gathers the operands it needs
+ * with shuffles and computes its four results itself (the same sums, in another order). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) { *(uint4*)smem = *(const uint4*)gmem; }
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 1
+#elif defined(__gfx908__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 0
+#else
+#define DT_MFMA_F16 0
+#define DT_MFMA_BF16 0
+#endif
+typedef float dt_float4 __attribute__((ext_vector_type(4)));
+typedef _Float16 dt_half4 __attribute__((ext_vector_type(4)));
+typedef short dt_short4 __attribute__((ext_vector_type(4)));
+/* Element q (0..3) of a lane's packed operand words, as f32. */
+DT_FN float dt_mfma_operand(const unsigned* w, int q, int bf16) {
+    const dt_f16 h = (dt_f16)((q & 1) ? w[q >> 1] >> 16 : w[q >> 1] & 0xffffu);
+    return bf16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+}
+DT_FN void dt_mfma_by_shuffles(float* d, const unsigned* a, const unsigned* b, int bf16) {
+    const int lane = (int)(threadIdx.x & 63u);
+    const int col = lane & 15, row = (lane >> 4) * 4;
+#pragma unroll
+    for (int g = 0; g < 4; g++) { /* k = 4g .. 4g + 3 sit in lanes 16g .. 16g + 15 */
+        unsigned bw[2], aw[4][2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            bw[w] = __shfl(b[w], 16 * g + col, 64);
+#pragma unroll
+            for (int q = 0; q < 4; q++) aw[q][w] = __shfl(a[w], 16 * g + row + q, 64);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+            for (int kq = 0; kq < 4; kq++) d[q] += dt_mfma_operand(aw[q], kq, bf16) * dt_mfma_operand(bw, kq, bf16);
+        }
+    }
+}
+DT_FN void dt_mfma_16x16x16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_F16
+    dt_half4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16f16(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 0);
+#endif
+}
+DT_FN void dt_mfma_16x16x16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_BF16
+    dt_short4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 1);
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
@@ -280,136 +353,83 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
-                        float v0[8];
-                        uint4 q13[1];
-                        bool f14[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l15 = (int)((unsigned)e / 2048u % 1u);
-                            const int l16 = (int)((unsigned)e / 2048u % 1u);
-                            const int l17 = (int)((unsigned)e / 32u % 64u);
-                            const int l18 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            f14[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o12 + l22) * args.input_strides[0][3];
-                            if (f14[c]) {
-                                const uint4 q = q13[c];
-                                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + l22) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        /* v0: loaded by the tensor-core dot that reads it */
+                        /* v1: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l14 = (int)((unsigned)e / 256u % 1u);
+                                    const int l15 = (int)((unsigned)e / 256u % 1u);
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v1[8];
-                        uint4 q23[1];
-                        bool f24[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
-                            f24[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o12 + (l28 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l29 = (int)((unsigned)e / 2048u % 1u);
-                            const int l30 = (int)((unsigned)e / 2048u % 1u);
-                            const int l31 = (int)((unsigned)e / 32u % 64u);
-                            const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o12 + l32) * args.input_strides[1][3];
-                            if (f24[c]) {
-                                const uint4 q = q23[c];
-                                v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v1[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + l32) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 256u % 1u);
+                                    const int l21 = (int)((unsigned)e / 4u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l33 = (int)((unsigned)e / 4096u % 1u);
-                                const int l34 = (int)((unsigned)e / 4096u % 1u);
-                                const int l35 = (int)((unsigned)e / 64u % 64u);
-                                const int l36 = (int)((unsigned)e / 1u % 64u);
-                                float a37 = 0.0f;
-                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
-                                v2[r] = a37;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
+                        /* acc1 += v2: accumulated by the tensor-core dot above */
                     }
                     float v3[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v3[r] = acc1[r];
-                        }
+                        v3[r] = acc1[r];
                     }
                     float v4[1];
                     {
@@ -426,23 +446,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v6[r] = (v3[r] * v5[0]);
-                        }
+                        v6[r] = (v3[r] * v5[0]);
                     }
                     float v7[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
+                        const int l34 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l35 = 0;
+                        const int l36 = 0;
+                        const int l37 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
+                        (dt_smem + 0)[e] = v7[r];
+                    }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 4 threads per result */
@@ -451,10 +472,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l54 = (j / 64) % 1;
-                            const int l55 = (j / 64) % 1;
-                            const int l56 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
+                            const int l39 = (j / 64) % 1;
+                            const int l40 = (j / 64) % 1;
+                            const int l41 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -493,141 +514,88 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o54 = 0; o54 < s3; o54 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o74 = 0; o74 < s5; o74 += 32) {
-                        float v10[8];
-                        uint4 q75[1];
-                        bool f76[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l77 = (int)((unsigned)e / 2048u % 1u);
-                            const int l78 = (int)((unsigned)e / 2048u % 1u);
-                            const int l79 = (int)((unsigned)e / 32u % 64u);
-                            const int l80 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
-                            f76[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o74 + (l80 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l81 = (int)((unsigned)e / 2048u % 1u);
-                            const int l82 = (int)((unsigned)e / 2048u % 1u);
-                            const int l83 = (int)((unsigned)e / 32u % 64u);
-                            const int l84 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o74 + l84) * args.input_strides[0][3];
-                            if (f76[c]) {
-                                const uint4 q = q75[c];
-                                v10[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v10[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v10[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v10[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v10[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v10[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v10[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v10[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v10[c * 8 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + l84) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 4] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 5] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 6] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 7] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                    for (long long o59 = 0; o59 < s5; o59 += 32) {
+                        /* v10: loaded by the tensor-core dot that reads it */
+                        /* v11: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l61 = (int)((unsigned)e / 256u % 1u);
+                                    const int l62 = (int)((unsigned)e / 256u % 1u);
+                                    const int l63 = (int)((unsigned)e / 4u % 64u);
+                                    const int l64 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v11[8];
-                        uint4 q85[1];
-                        bool f86[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l87 = (int)((unsigned)e / 2048u % 1u);
-                            const int l88 = (int)((unsigned)e / 2048u % 1u);
-                            const int l89 = (int)((unsigned)e / 32u % 64u);
-                            const int l90 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
-                            f86[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o74 + (l90 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l91 = (int)((unsigned)e / 2048u % 1u);
-                            const int l92 = (int)((unsigned)e / 2048u % 1u);
-                            const int l93 = (int)((unsigned)e / 32u % 64u);
-                            const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o69 + l93) * args.input_strides[1][2] + (o74 + l94) * args.input_strides[1][3];
-                            if (f86[c]) {
-                                const uint4 q = q85[c];
-                                v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v11[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v11[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v11[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v11[c * 8 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + l94) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 4] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 5] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 6] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 7] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l66 = (int)((unsigned)e / 256u % 1u);
+                                    const int l67 = (int)((unsigned)e / 256u % 1u);
+                                    const int l68 = (int)((unsigned)e / 4u % 64u);
+                                    const int l69 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l95 = (int)((unsigned)e / 4096u % 1u);
-                                const int l96 = (int)((unsigned)e / 4096u % 1u);
-                                const int l97 = (int)((unsigned)e / 64u % 64u);
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                float a99 = 0.0f;
-                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
-                                v12[r] = a99;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
+                        /* acc4 += v12: accumulated by the tensor-core dot above */
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v13[r] = acc4[r];
-                        }
+                        v13[r] = acc4[r];
                     }
                     float v14[1];
                     {
@@ -644,10 +612,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v16[r] = (v13[r] * v15[0]);
-                        }
+                        v16[r] = (v13[r] * v15[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -656,34 +621,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l112 = (int)((unsigned)e / 4096u % 1u);
-                            const int l113 = (int)((unsigned)e / 4096u % 1u);
-                            const int l114 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
-                        }
+                        const int l78 = 0;
+                        const int l79 = 0;
+                        const int l80 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
                     }
                     float v19[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v19[r] = dt_fast_exp(v18[r]);
-                        }
+                        v19[r] = dt_fast_exp(v18[r]);
                     }
                     float v20[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
-                        }
+                        const int l89 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l90 = 0;
+                        const int l91 = 0;
+                        const int l92 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l93 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
+                        (dt_smem + 0)[e] = v20[r];
+                    }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 4 threads per result */
@@ -692,10 +655,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l124 = (j / 64) % 1;
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
+                            const int l94 = (j / 64) % 1;
+                            const int l95 = (j / 64) % 1;
+                            const int l96 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -725,7 +688,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
+                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -736,141 +699,88 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o141 = 0; o141 < s3; o141 += 64) {
+                    for (long long o111 = 0; o111 < s3; o111 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o146 = 0; o146 < s5; o146 += 32) {
-                            float v23[8];
-                            uint4 q147[1];
-                            bool f148[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l149 = (int)((unsigned)e / 2048u % 1u);
-                                const int l150 = (int)((unsigned)e / 2048u % 1u);
-                                const int l151 = (int)((unsigned)e / 32u % 64u);
-                                const int l152 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
-                                f148[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o2 + l150) < (unsigned)s1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o146 + (l152 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                                if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l153 = (int)((unsigned)e / 2048u % 1u);
-                                const int l154 = (int)((unsigned)e / 2048u % 1u);
-                                const int l155 = (int)((unsigned)e / 32u % 64u);
-                                const int l156 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o146 + l156) * args.input_strides[0][3];
-                                if (f148[c]) {
-                                    const uint4 q = q147[c];
-                                    v23[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v23[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v23[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v23[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v23[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v23[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v23[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v23[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v23[c * 8 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + l156) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 4] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 5] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 6] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 7] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        for (long long o116 = 0; o116 < s5; o116 += 32) {
+                            /* v23: loaded by the tensor-core dot that reads it */
+                            /* v24: loaded by the tensor-core dot that reads it */
+                            __syncthreads();
+                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l118 = (int)((unsigned)e / 256u % 1u);
+                                        const int l119 = (int)((unsigned)e / 256u % 1u);
+                                        const int l120 = (int)((unsigned)e / 4u % 64u);
+                                        const int l121 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v24[8];
-                            uint4 q157[1];
-                            bool f158[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l159 = (int)((unsigned)e / 2048u % 1u);
-                                const int l160 = (int)((unsigned)e / 2048u % 1u);
-                                const int l161 = (int)((unsigned)e / 32u % 64u);
-                                const int l162 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
-                                f158[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o146 + (l162 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                                if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l163 = (int)((unsigned)e / 2048u % 1u);
-                                const int l164 = (int)((unsigned)e / 2048u % 1u);
-                                const int l165 = (int)((unsigned)e / 32u % 64u);
-                                const int l166 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o141 + l165) * args.input_strides[1][2] + (o146 + l166) * args.input_strides[1][3];
-                                if (f158[c]) {
-                                    const uint4 q = q157[c];
-                                    v24[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v24[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v24[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v24[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v24[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v24[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v24[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v24[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v24[c * 8 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + l166) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 4] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 5] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 6] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 7] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l123 = (int)((unsigned)e / 256u % 1u);
+                                        const int l124 = (int)((unsigned)e / 256u % 1u);
+                                        const int l125 = (int)((unsigned)e / 4u % 64u);
+                                        const int l126 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
-                            float v25[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l169 = (int)((unsigned)e / 64u % 64u);
-                                    const int l170 = (int)((unsigned)e / 1u % 64u);
-                                    float a171 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
-                                    v25[r] = a171;
+                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            {
+                                const int lane = tid & 63;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][2], fb[2][2];
+                                    #pragma unroll
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    #pragma unroll
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    acc7[r] = acc7[r] + v25[r];
-                                }
-                            }
+                            /* acc7 += v25: accumulated by the tensor-core dot above */
                         }
                         float v26[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v26[r] = acc7[r];
-                            }
+                            v26[r] = acc7[r];
                         }
                         float v27[1];
                         {
@@ -887,10 +797,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v29[r] = (v26[r] * v28[0]);
-                            }
+                            v29[r] = (v26[r] * v28[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -899,46 +806,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                                const int l185 = (int)((unsigned)e / 4096u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
-                            }
+                            const int l135 = 0;
+                            const int l136 = 0;
+                            const int l137 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                         }
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v32[r] = dt_fast_exp(v31[r]);
-                            }
+                            v32[r] = dt_fast_exp(v31[r]);
                         }
                         float v33[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
-                            }
+                            const int l146 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 8192u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 128u);
-                                const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
+                                const int l147 = (int)((unsigned)e / 8192u % 1u);
+                                const int l148 = (int)((unsigned)e / 8192u % 1u);
+                                const int l149 = (int)((unsigned)e / 64u % 128u);
+                                const int l150 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l151 = 0;
+                            const int l152 = 0;
+                            const int l153 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l154 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
+                            (dt_smem + 0)[e] = v33[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -949,13 +854,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                                const int l201 = (int)((unsigned)e / 8192u % 1u);
-                                const int l202 = (int)((unsigned)e / 128u % 64u);
-                                const int l203 = (int)((unsigned)e / 1u % 128u);
-                                float a204 = 0.0f;
-                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
-                                v35[r] = a204;
+                                const int l155 = (int)((unsigned)e / 8192u % 1u);
+                                const int l156 = (int)((unsigned)e / 8192u % 1u);
+                                const int l157 = (int)((unsigned)e / 128u % 64u);
+                                const int l158 = (int)((unsigned)e / 1u % 128u);
+                                float a159 = 0.0f;
+                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
+                                v35[r] = a159;
                             }
                         }
                         #pragma unroll 1
@@ -983,31 +888,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l213 = (int)((unsigned)e / 8192u % 1u);
-                            const int l214 = (int)((unsigned)e / 8192u % 1u);
-                            const int l215 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l168 = (int)((unsigned)e / 8192u % 1u);
+                            const int l169 = (int)((unsigned)e / 8192u % 1u);
+                            const int l170 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l217 = (int)((unsigned)e / 8192u % 1u);
-                        const int l218 = (int)((unsigned)e / 8192u % 1u);
-                        const int l219 = (int)((unsigned)e / 128u % 64u);
-                        const int l220 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l172 = (int)((unsigned)e / 8192u % 1u);
+                        const int l173 = (int)((unsigned)e / 8192u % 1u);
+                        const int l174 = (int)((unsigned)e / 128u % 64u);
+                        const int l175 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1071,136 +976,83 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
                     for (long long o12 = 0; o12 < s5; o12 += 32) {
-                        float v0[8];
-                        uint4 q13[1];
-                        bool f14[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l15 = (int)((unsigned)e / 2048u % 1u);
-                            const int l16 = (int)((unsigned)e / 2048u % 1u);
-                            const int l17 = (int)((unsigned)e / 32u % 64u);
-                            const int l18 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            f14[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f14[c]) q13[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o12 + l22) * args.input_strides[0][3];
-                            if (f14[c]) {
-                                const uint4 q = q13[c];
-                                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + l22) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        /* v0: loaded by the tensor-core dot that reads it */
+                        /* v1: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l14 = (int)((unsigned)e / 256u % 1u);
+                                    const int l15 = (int)((unsigned)e / 256u % 1u);
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v1[8];
-                        uint4 q23[1];
-                        bool f24[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o12 + l28) * args.input_strides[1][3];
-                            f24[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o12 + (l28 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f24[c]) q23[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l29 = (int)((unsigned)e / 2048u % 1u);
-                            const int l30 = (int)((unsigned)e / 2048u % 1u);
-                            const int l31 = (int)((unsigned)e / 32u % 64u);
-                            const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o12 + l32) * args.input_strides[1][3];
-                            if (f24[c]) {
-                                const uint4 q = q23[c];
-                                v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v1[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + l32) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o12 + (l32 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 256u % 1u);
+                                    const int l21 = (int)((unsigned)e / 4u % 64u);
+                                    const int l22 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                        __syncthreads();
-                        float v2[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l33 = (int)((unsigned)e / 4096u % 1u);
-                                const int l34 = (int)((unsigned)e / 4096u % 1u);
-                                const int l35 = (int)((unsigned)e / 64u % 64u);
-                                const int l36 = (int)((unsigned)e / 1u % 64u);
-                                float a37 = 0.0f;
-                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
-                                v2[r] = a37;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v2[r];
-                            }
-                        }
+                        /* acc1 += v2: accumulated by the tensor-core dot above */
                     }
                     float v3[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v3[r] = acc1[r];
-                        }
+                        v3[r] = acc1[r];
                     }
                     float v4[1];
                     {
@@ -1217,23 +1069,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v6[r] = (v3[r] * v5[0]);
-                        }
+                        v6[r] = (v3[r] * v5[0]);
                     }
                     float v7[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
+                        const int l34 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v7[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l35 = 0;
+                        const int l36 = 0;
+                        const int l37 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
+                        (dt_smem + 0)[e] = v7[r];
+                    }
                     __syncthreads();
                     float v8[1];
                     /* cooperative reduction: 4 threads per result */
@@ -1242,10 +1095,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l54 = (j / 64) % 1;
-                            const int l55 = (j / 64) % 1;
-                            const int l56 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
+                            const int l39 = (j / 64) % 1;
+                            const int l40 = (j / 64) % 1;
+                            const int l41 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1284,141 +1137,88 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o54 = 0; o54 < s3; o54 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o74 = 0; o74 < s5; o74 += 32) {
-                        float v10[8];
-                        uint4 q75[1];
-                        bool f76[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l77 = (int)((unsigned)e / 2048u % 1u);
-                            const int l78 = (int)((unsigned)e / 2048u % 1u);
-                            const int l79 = (int)((unsigned)e / 32u % 64u);
-                            const int l80 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o74 + l80) * args.input_strides[0][3];
-                            f76[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o74 + (l80 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f76[c]) q75[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l81 = (int)((unsigned)e / 2048u % 1u);
-                            const int l82 = (int)((unsigned)e / 2048u % 1u);
-                            const int l83 = (int)((unsigned)e / 32u % 64u);
-                            const int l84 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o74 + l84) * args.input_strides[0][3];
-                            if (f76[c]) {
-                                const uint4 q = q75[c];
-                                v10[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v10[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v10[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v10[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v10[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v10[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v10[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v10[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v10[c * 8 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + l84) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 4] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 5] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 6] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 8 + 7] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o74 + (l84 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                    for (long long o59 = 0; o59 < s5; o59 += 32) {
+                        /* v10: loaded by the tensor-core dot that reads it */
+                        /* v11: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l61 = (int)((unsigned)e / 256u % 1u);
+                                    const int l62 = (int)((unsigned)e / 256u % 1u);
+                                    const int l63 = (int)((unsigned)e / 4u % 64u);
+                                    const int l64 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v11[8];
-                        uint4 q85[1];
-                        bool f86[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l87 = (int)((unsigned)e / 2048u % 1u);
-                            const int l88 = (int)((unsigned)e / 2048u % 1u);
-                            const int l89 = (int)((unsigned)e / 32u % 64u);
-                            const int l90 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o74 + l90) * args.input_strides[1][3];
-                            f86[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o74 + (l90 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f86[c]) q85[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l91 = (int)((unsigned)e / 2048u % 1u);
-                            const int l92 = (int)((unsigned)e / 2048u % 1u);
-                            const int l93 = (int)((unsigned)e / 32u % 64u);
-                            const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o69 + l93) * args.input_strides[1][2] + (o74 + l94) * args.input_strides[1][3];
-                            if (f86[c]) {
-                                const uint4 q = q85[c];
-                                v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v11[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v11[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v11[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v11[c * 8 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + l94) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 4] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 5] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 6] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 8 + 7] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o69 + l93) < (unsigned)s3 && (unsigned)(o74 + (l94 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l66 = (int)((unsigned)e / 256u % 1u);
+                                    const int l67 = (int)((unsigned)e / 256u % 1u);
+                                    const int l68 = (int)((unsigned)e / 4u % 64u);
+                                    const int l69 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v10[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v11[r]; }
-                        __syncthreads();
-                        float v12[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l95 = (int)((unsigned)e / 4096u % 1u);
-                                const int l96 = (int)((unsigned)e / 4096u % 1u);
-                                const int l97 = (int)((unsigned)e / 64u % 64u);
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                float a99 = 0.0f;
-                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
-                                v12[r] = a99;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v12[r];
-                            }
-                        }
+                        /* acc4 += v12: accumulated by the tensor-core dot above */
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v13[r] = acc4[r];
-                        }
+                        v13[r] = acc4[r];
                     }
                     float v14[1];
                     {
@@ -1435,10 +1235,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v16[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v16[r] = (v13[r] * v15[0]);
-                        }
+                        v16[r] = (v13[r] * v15[0]);
                     }
                     __syncthreads();
                     #pragma unroll
@@ -1447,34 +1244,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     float v18[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l112 = (int)((unsigned)e / 4096u % 1u);
-                            const int l113 = (int)((unsigned)e / 4096u % 1u);
-                            const int l114 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
-                        }
+                        const int l78 = 0;
+                        const int l79 = 0;
+                        const int l80 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
                     }
                     float v19[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v19[r] = dt_fast_exp(v18[r]);
-                        }
+                        v19[r] = dt_fast_exp(v18[r]);
                     }
                     float v20[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
-                        }
+                        const int l89 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v20[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l90 = 0;
+                        const int l91 = 0;
+                        const int l92 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l93 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
+                        (dt_smem + 0)[e] = v20[r];
+                    }
                     __syncthreads();
                     float v21[1];
                     /* cooperative reduction: 4 threads per result */
@@ -1483,10 +1278,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l124 = (j / 64) % 1;
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
+                            const int l94 = (j / 64) % 1;
+                            const int l95 = (j / 64) % 1;
+                            const int l96 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1516,7 +1311,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
+                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -1527,141 +1322,88 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o141 = 0; o141 < s3; o141 += 64) {
+                    for (long long o111 = 0; o111 < s3; o111 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o146 = 0; o146 < s5; o146 += 32) {
-                            float v23[8];
-                            uint4 q147[1];
-                            bool f148[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l149 = (int)((unsigned)e / 2048u % 1u);
-                                const int l150 = (int)((unsigned)e / 2048u % 1u);
-                                const int l151 = (int)((unsigned)e / 32u % 64u);
-                                const int l152 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l149) * args.input_strides[0][0] + (o2 + l150) * args.input_strides[0][1] + (o3 + l151) * args.input_strides[0][2] + (o146 + l152) * args.input_strides[0][3];
-                                f148[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l149) < (unsigned)s0 && (unsigned)(o2 + l150) < (unsigned)s1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o146 + (l152 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                                if (f148[c]) q147[c] = *(const uint4*)(in0 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l153 = (int)((unsigned)e / 2048u % 1u);
-                                const int l154 = (int)((unsigned)e / 2048u % 1u);
-                                const int l155 = (int)((unsigned)e / 32u % 64u);
-                                const int l156 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o146 + l156) * args.input_strides[0][3];
-                                if (f148[c]) {
-                                    const uint4 q = q147[c];
-                                    v23[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v23[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v23[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v23[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v23[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v23[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v23[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v23[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v23[c * 8 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + l156) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 4] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 5] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 6] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 8 + 7] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o146 + (l156 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        for (long long o116 = 0; o116 < s5; o116 += 32) {
+                            /* v23: loaded by the tensor-core dot that reads it */
+                            /* v24: loaded by the tensor-core dot that reads it */
+                            __syncthreads();
+                            /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l118 = (int)((unsigned)e / 256u % 1u);
+                                        const int l119 = (int)((unsigned)e / 256u % 1u);
+                                        const int l120 = (int)((unsigned)e / 4u % 64u);
+                                        const int l121 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v24[8];
-                            uint4 q157[1];
-                            bool f158[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l159 = (int)((unsigned)e / 2048u % 1u);
-                                const int l160 = (int)((unsigned)e / 2048u % 1u);
-                                const int l161 = (int)((unsigned)e / 32u % 64u);
-                                const int l162 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o146 + l162) * args.input_strides[1][3];
-                                f158[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o146 + (l162 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                                if (f158[c]) q157[c] = *(const uint4*)(in1 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l163 = (int)((unsigned)e / 2048u % 1u);
-                                const int l164 = (int)((unsigned)e / 2048u % 1u);
-                                const int l165 = (int)((unsigned)e / 32u % 64u);
-                                const int l166 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o141 + l165) * args.input_strides[1][2] + (o146 + l166) * args.input_strides[1][3];
-                                if (f158[c]) {
-                                    const uint4 q = q157[c];
-                                    v24[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v24[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v24[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v24[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v24[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v24[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v24[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v24[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v24[c * 8 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + l166) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 4] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 5] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 6] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 8 + 7] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o141 + l165) < (unsigned)s3 && (unsigned)(o146 + (l166 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                            /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l123 = (int)((unsigned)e / 256u % 1u);
+                                        const int l124 = (int)((unsigned)e / 256u % 1u);
+                                        const int l125 = (int)((unsigned)e / 4u % 64u);
+                                        const int l126 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v23[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v24[r]; }
-                            __syncthreads();
-                            float v25[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l169 = (int)((unsigned)e / 64u % 64u);
-                                    const int l170 = (int)((unsigned)e / 1u % 64u);
-                                    float a171 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
-                                    v25[r] = a171;
+                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            {
+                                const int lane = tid & 63;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][2], fb[2][2];
+                                    #pragma unroll
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    #pragma unroll
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    acc7[r] = acc7[r] + v25[r];
-                                }
-                            }
+                            /* acc7 += v25: accumulated by the tensor-core dot above */
                         }
                         float v26[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v26[r] = acc7[r];
-                            }
+                            v26[r] = acc7[r];
                         }
                         float v27[1];
                         {
@@ -1678,10 +1420,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v29[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v29[r] = (v26[r] * v28[0]);
-                            }
+                            v29[r] = (v26[r] * v28[0]);
                         }
                         __syncthreads();
                         #pragma unroll
@@ -1690,46 +1429,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                                const int l185 = (int)((unsigned)e / 4096u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
-                            }
+                            const int l135 = 0;
+                            const int l136 = 0;
+                            const int l137 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                         }
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v32[r] = dt_fast_exp(v31[r]);
-                            }
+                            v32[r] = dt_fast_exp(v31[r]);
                         }
                         float v33[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
-                            }
+                            const int l146 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 8192u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 128u);
-                                const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
+                                const int l147 = (int)((unsigned)e / 8192u % 1u);
+                                const int l148 = (int)((unsigned)e / 8192u % 1u);
+                                const int l149 = (int)((unsigned)e / 64u % 128u);
+                                const int l150 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v33[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l151 = 0;
+                            const int l152 = 0;
+                            const int l153 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l154 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
+                            (dt_smem + 0)[e] = v33[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -1740,13 +1477,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                                const int l201 = (int)((unsigned)e / 8192u % 1u);
-                                const int l202 = (int)((unsigned)e / 128u % 64u);
-                                const int l203 = (int)((unsigned)e / 1u % 128u);
-                                float a204 = 0.0f;
-                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
-                                v35[r] = a204;
+                                const int l155 = (int)((unsigned)e / 8192u % 1u);
+                                const int l156 = (int)((unsigned)e / 8192u % 1u);
+                                const int l157 = (int)((unsigned)e / 128u % 64u);
+                                const int l158 = (int)((unsigned)e / 1u % 128u);
+                                float a159 = 0.0f;
+                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
+                                v35[r] = a159;
                             }
                         }
                         #pragma unroll 1
@@ -1774,31 +1511,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l213 = (int)((unsigned)e / 8192u % 1u);
-                            const int l214 = (int)((unsigned)e / 8192u % 1u);
-                            const int l215 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l168 = (int)((unsigned)e / 8192u % 1u);
+                            const int l169 = (int)((unsigned)e / 8192u % 1u);
+                            const int l170 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l217 = (int)((unsigned)e / 8192u % 1u);
-                        const int l218 = (int)((unsigned)e / 8192u % 1u);
-                        const int l219 = (int)((unsigned)e / 128u % 64u);
-                        const int l220 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l172 = (int)((unsigned)e / 8192u % 1u);
+                        const int l173 = (int)((unsigned)e / 8192u % 1u);
+                        const int l174 = (int)((unsigned)e / 128u % 64u);
+                        const int l175 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -2559,136 +2296,83 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v3[8];
-                        uint4 q17[1];
-                        bool f18[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            f18[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l23 = (int)((unsigned)e / 2048u % 1u);
-                            const int l24 = (int)((unsigned)e / 2048u % 1u);
-                            const int l25 = (int)((unsigned)e / 32u % 64u);
-                            const int l26 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o16 + l26) * args.input_strides[0][3];
-                            if (f18[c]) {
-                                const uint4 q = q17[c];
-                                v3[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v3[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v3[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v3[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v3[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v3[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v3[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v3[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v3[c * 8 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + l26) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 4] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 5] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 6] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 7] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        /* v3: loaded by the tensor-core dot that reads it */
+                        /* v4: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v4[8];
-                        uint4 q27[1];
-                        bool f28[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l29 = (int)((unsigned)e / 2048u % 1u);
-                            const int l30 = (int)((unsigned)e / 2048u % 1u);
-                            const int l31 = (int)((unsigned)e / 32u % 64u);
-                            const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
-                            f28[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o16 + (l32 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l33 = (int)((unsigned)e / 2048u % 1u);
-                            const int l34 = (int)((unsigned)e / 2048u % 1u);
-                            const int l35 = (int)((unsigned)e / 32u % 64u);
-                            const int l36 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l33) * args.input_strides[1][0] + (o2 + l34) * args.input_strides[1][1] + (o7 + l35) * args.input_strides[1][2] + (o16 + l36) * args.input_strides[1][3];
-                            if (f28[c]) {
-                                const uint4 q = q27[c];
-                                v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v4[c * 8 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + l36) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 4] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 5] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 6] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 7] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l37 = (int)((unsigned)e / 4096u % 1u);
-                                const int l38 = (int)((unsigned)e / 4096u % 1u);
-                                const int l39 = (int)((unsigned)e / 64u % 64u);
-                                const int l40 = (int)((unsigned)e / 1u % 64u);
-                                float a41 = 0.0f;
-                                for (int q = 0; q < 32; q++) a41 = fmaf((dt_smem + 0)[l37 * 2048 + l38 * 2048 + l39 * 32 + q * 1], (dt_smem + 4096)[l37 * 2048 + l38 * 2048 + l40 * 32 + q * 1], a41);
-                                v5[r] = a41;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
+                        /* acc1 += v5: accumulated by the tensor-core dot above */
                     }
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v6[r] = acc1[r];
-                        }
+                        v6[r] = acc1[r];
                     }
                     float v7[1];
                     {
@@ -2705,10 +2389,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v9[r] = (v6[r] * v8[0]);
-                        }
+                        v9[r] = (v6[r] * v8[0]);
                     }
                     float v10[1];
                     {
@@ -2722,26 +2403,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         (void)r; (void)e;
                         v11[r] = (-v10[0]);
                     }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
+                    __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                        }
+                        const int l37 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l61 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o7 + l61) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
+                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l43 = 0;
+                        const int l44 = 0;
+                        const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                        (dt_smem + 0)[e] = v13[r];
+                    }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 4 threads per result */
@@ -2750,10 +2438,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l62 = (j / 64) % 1;
-                            const int l63 = (j / 64) % 1;
-                            const int l64 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 64) % 1;
+                            const int l49 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2792,14 +2480,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o77 = 0; o77 < s3; o77 += 64) {
+                for (long long o62 = 0; o62 < s3; o62 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l78 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o77 + l78);
+                            const int l63 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o62 + l63);
                         }
                     }
                     float v17[1];
@@ -2807,8 +2495,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l79);
+                            const int l64 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l64);
                         }
                     }
                     __syncthreads();
@@ -2824,145 +2512,92 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l80 = (int)((unsigned)e / 64u % 64u);
-                            const int l81 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l81]) <= ((dt_smem + 4096)[l80]) ? 1.0f : 0.0f);
+                            const int l65 = (int)((unsigned)e / 64u % 64u);
+                            const int l66 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o86 = 0; o86 < s5; o86 += 32) {
-                        float v19[8];
-                        uint4 q87[1];
-                        bool f88[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l89 = (int)((unsigned)e / 2048u % 1u);
-                            const int l90 = (int)((unsigned)e / 2048u % 1u);
-                            const int l91 = (int)((unsigned)e / 32u % 64u);
-                            const int l92 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
-                            f88[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o86 + (l92 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l93 = (int)((unsigned)e / 2048u % 1u);
-                            const int l94 = (int)((unsigned)e / 2048u % 1u);
-                            const int l95 = (int)((unsigned)e / 32u % 64u);
-                            const int l96 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l93) * args.input_strides[0][0] + (o2 + l94) * args.input_strides[0][1] + (o3 + l95) * args.input_strides[0][2] + (o86 + l96) * args.input_strides[0][3];
-                            if (f88[c]) {
-                                const uint4 q = q87[c];
-                                v19[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v19[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v19[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v19[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v19[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v19[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v19[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v19[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v19[c * 8 + 0] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + l96) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 1] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 2] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 3] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 4] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 5] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 6] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 7] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                    for (long long o71 = 0; o71 < s5; o71 += 32) {
+                        /* v19: loaded by the tensor-core dot that reads it */
+                        /* v20: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l73 = (int)((unsigned)e / 256u % 1u);
+                                    const int l74 = (int)((unsigned)e / 256u % 1u);
+                                    const int l75 = (int)((unsigned)e / 4u % 64u);
+                                    const int l76 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v20[8];
-                        uint4 q97[1];
-                        bool f98[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l99 = (int)((unsigned)e / 2048u % 1u);
-                            const int l100 = (int)((unsigned)e / 2048u % 1u);
-                            const int l101 = (int)((unsigned)e / 32u % 64u);
-                            const int l102 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
-                            f98[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o2 + l100) < (unsigned)s1 && (unsigned)(o77 + l101) < (unsigned)s3 && (unsigned)(o86 + (l102 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l103 = (int)((unsigned)e / 2048u % 1u);
-                            const int l104 = (int)((unsigned)e / 2048u % 1u);
-                            const int l105 = (int)((unsigned)e / 32u % 64u);
-                            const int l106 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o77 + l105) * args.input_strides[1][2] + (o86 + l106) * args.input_strides[1][3];
-                            if (f98[c]) {
-                                const uint4 q = q97[c];
-                                v20[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                v20[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                v20[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                v20[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                v20[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                v20[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                v20[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                v20[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                            } else {
-                                v20[c * 8 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + l106) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 4] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 5] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 6] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 7] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 256u % 1u);
+                                    const int l80 = (int)((unsigned)e / 4u % 64u);
+                                    const int l81 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l107 = (int)((unsigned)e / 4096u % 1u);
-                                const int l108 = (int)((unsigned)e / 4096u % 1u);
-                                const int l109 = (int)((unsigned)e / 64u % 64u);
-                                const int l110 = (int)((unsigned)e / 1u % 64u);
-                                float a111 = 0.0f;
-                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
-                                v21[r] = a111;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
+                        /* acc4 += v21: accumulated by the tensor-core dot above */
                     }
                     float v22[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v22[r] = acc4[r];
-                        }
+                        v22[r] = acc4[r];
                     }
                     float v23[1];
                     {
@@ -2979,10 +2614,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v25[r] = (v22[r] * v24[0]);
-                        }
+                        v25[r] = (v22[r] * v24[0]);
                     }
                     float v26[1];
                     {
@@ -2996,13 +2628,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         (void)r; (void)e;
                         v27[r] = (-v26[0]);
                     }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
+                    __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
-                        }
+                        const int l92 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l93 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3011,34 +2646,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l128 = (int)((unsigned)e / 4096u % 1u);
-                            const int l129 = (int)((unsigned)e / 4096u % 1u);
-                            const int l130 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
-                        }
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v31[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v31[r] = dt_fast_exp(v30[r]);
-                        }
+                        v31[r] = dt_fast_exp(v30[r]);
                     }
                     float v32[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o77 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
-                        }
+                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l106 = 0;
+                        const int l107 = 0;
+                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
+                        (dt_smem + 0)[e] = v32[r];
+                    }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 4 threads per result */
@@ -3047,10 +2680,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l140 = (j / 64) % 1;
-                            const int l141 = (j / 64) % 1;
-                            const int l142 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 64) % 1;
+                            const int l112 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3080,7 +2713,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -3091,14 +2724,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o157 = 0; o157 < s3; o157 += 64) {
+                    for (long long o127 = 0; o127 < s3; o127 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l158 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o157 + l158);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o127 + l128);
                             }
                         }
                         float v36[1];
@@ -3106,8 +2739,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l159 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l159);
+                                const int l129 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l129);
                             }
                         }
                         __syncthreads();
@@ -3123,145 +2756,92 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l160 = (int)((unsigned)e / 64u % 64u);
-                                const int l161 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
+                                const int l130 = (int)((unsigned)e / 64u % 64u);
+                                const int l131 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o166 = 0; o166 < s5; o166 += 32) {
-                            float v38[8];
-                            uint4 q167[1];
-                            bool f168[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l169 = (int)((unsigned)e / 2048u % 1u);
-                                const int l170 = (int)((unsigned)e / 2048u % 1u);
-                                const int l171 = (int)((unsigned)e / 32u % 64u);
-                                const int l172 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
-                                f168[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l169) < (unsigned)s0 && (unsigned)(o2 + l170) < (unsigned)s1 && (unsigned)(o3 + l171) < (unsigned)s2 && (unsigned)(o166 + (l172 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                                if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l173 = (int)((unsigned)e / 2048u % 1u);
-                                const int l174 = (int)((unsigned)e / 2048u % 1u);
-                                const int l175 = (int)((unsigned)e / 32u % 64u);
-                                const int l176 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l173) * args.input_strides[0][0] + (o2 + l174) * args.input_strides[0][1] + (o3 + l175) * args.input_strides[0][2] + (o166 + l176) * args.input_strides[0][3];
-                                if (f168[c]) {
-                                    const uint4 q = q167[c];
-                                    v38[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v38[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v38[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v38[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v38[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v38[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v38[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v38[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v38[c * 8 + 0] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + l176) < (unsigned)s5) ? dt_load_f16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 1] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 1)) < (unsigned)s5) ? dt_load_f16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 2] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 2)) < (unsigned)s5) ? dt_load_f16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 3] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 3)) < (unsigned)s5) ? dt_load_f16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 4] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 4)) < (unsigned)s5) ? dt_load_f16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 5] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 5)) < (unsigned)s5) ? dt_load_f16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 6] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 6)) < (unsigned)s5) ? dt_load_f16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 7] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 7)) < (unsigned)s5) ? dt_load_f16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        for (long long o136 = 0; o136 < s5; o136 += 32) {
+                            /* v38: loaded by the tensor-core dot that reads it */
+                            /* v39: loaded by the tensor-core dot that reads it */
+                            __syncthreads();
+                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l138 = (int)((unsigned)e / 256u % 1u);
+                                        const int l139 = (int)((unsigned)e / 256u % 1u);
+                                        const int l140 = (int)((unsigned)e / 4u % 64u);
+                                        const int l141 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v39[8];
-                            uint4 q177[1];
-                            bool f178[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l179 = (int)((unsigned)e / 2048u % 1u);
-                                const int l180 = (int)((unsigned)e / 2048u % 1u);
-                                const int l181 = (int)((unsigned)e / 32u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
-                                f178[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l179) < (unsigned)s0 && (unsigned)(o2 + l180) < (unsigned)s1 && (unsigned)(o157 + l181) < (unsigned)s3 && (unsigned)(o166 + (l182 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                                if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l183 = (int)((unsigned)e / 2048u % 1u);
-                                const int l184 = (int)((unsigned)e / 2048u % 1u);
-                                const int l185 = (int)((unsigned)e / 32u % 64u);
-                                const int l186 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o157 + l185) * args.input_strides[1][2] + (o166 + l186) * args.input_strides[1][3];
-                                if (f178[c]) {
-                                    const uint4 q = q177[c];
-                                    v39[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                                    v39[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                                    v39[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                                    v39[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                                    v39[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                                    v39[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                                    v39[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                                    v39[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v39[c * 8 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + l186) < (unsigned)s5) ? dt_load_f16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 1)) < (unsigned)s5) ? dt_load_f16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 2)) < (unsigned)s5) ? dt_load_f16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 3)) < (unsigned)s5) ? dt_load_f16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 4] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 4)) < (unsigned)s5) ? dt_load_f16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 5] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 5)) < (unsigned)s5) ? dt_load_f16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 6] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 6)) < (unsigned)s5) ? dt_load_f16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 7] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 7)) < (unsigned)s5) ? dt_load_f16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 256u % 1u);
+                                        const int l145 = (int)((unsigned)e / 4u % 64u);
+                                        const int l146 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
-                            float v40[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l189 = (int)((unsigned)e / 64u % 64u);
-                                    const int l190 = (int)((unsigned)e / 1u % 64u);
-                                    float a191 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
-                                    v40[r] = a191;
+                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            {
+                                const int lane = tid & 63;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][2], fb[2][2];
+                                    #pragma unroll
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    #pragma unroll
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    acc7[r] = acc7[r] + v40[r];
-                                }
-                            }
+                            /* acc7 += v40: accumulated by the tensor-core dot above */
                         }
                         float v41[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v41[r] = acc7[r];
-                            }
+                            v41[r] = acc7[r];
                         }
                         float v42[1];
                         {
@@ -3278,10 +2858,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v44[r] = (v41[r] * v43[0]);
-                            }
+                            v44[r] = (v41[r] * v43[0]);
                         }
                         float v45[1];
                         {
@@ -3295,13 +2872,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             (void)r; (void)e;
                             v46[r] = (-v45[0]);
                         }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
-                            }
+                            const int l157 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l158 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -3310,46 +2890,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l208 = (int)((unsigned)e / 4096u % 1u);
-                                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                                const int l210 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
-                            }
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v50[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v50[r] = dt_fast_exp(v49[r]);
-                            }
+                            v50[r] = dt_fast_exp(v49[r]);
                         }
                         float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l219 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o157 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
-                            }
+                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l220 = (int)((unsigned)e / 8192u % 1u);
-                                const int l221 = (int)((unsigned)e / 8192u % 1u);
-                                const int l222 = (int)((unsigned)e / 64u % 128u);
-                                const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o157 + l223) < (unsigned)s3 && (unsigned)(o152 + l222) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0e0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
+                            (dt_smem + 0)[e] = v51[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -3360,13 +2938,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l224 = (int)((unsigned)e / 8192u % 1u);
-                                const int l225 = (int)((unsigned)e / 8192u % 1u);
-                                const int l226 = (int)((unsigned)e / 128u % 64u);
-                                const int l227 = (int)((unsigned)e / 1u % 128u);
-                                float a228 = 0.0f;
-                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
-                                v53[r] = a228;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v53[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -3394,31 +2972,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l237 = (int)((unsigned)e / 8192u % 1u);
-                            const int l238 = (int)((unsigned)e / 8192u % 1u);
-                            const int l239 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l241 = (int)((unsigned)e / 8192u % 1u);
-                        const int l242 = (int)((unsigned)e / 8192u % 1u);
-                        const int l243 = (int)((unsigned)e / 128u % 64u);
-                        const int l244 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3518,136 +3096,83 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float acc1[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc1[r] = 0e0f;
-                        }
+                        acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
                     for (long long o16 = 0; o16 < s5; o16 += 32) {
-                        float v3[8];
-                        uint4 q17[1];
-                        bool f18[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            f18[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l23 = (int)((unsigned)e / 2048u % 1u);
-                            const int l24 = (int)((unsigned)e / 2048u % 1u);
-                            const int l25 = (int)((unsigned)e / 32u % 64u);
-                            const int l26 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o16 + l26) * args.input_strides[0][3];
-                            if (f18[c]) {
-                                const uint4 q = q17[c];
-                                v3[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v3[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v3[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v3[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v3[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v3[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v3[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v3[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v3[c * 8 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + l26) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 4] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 5] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 6] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 8 + 7] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o16 + (l26 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        /* v3: loaded by the tensor-core dot that reads it */
+                        /* v4: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v4[8];
-                        uint4 q27[1];
-                        bool f28[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l29 = (int)((unsigned)e / 2048u % 1u);
-                            const int l30 = (int)((unsigned)e / 2048u % 1u);
-                            const int l31 = (int)((unsigned)e / 32u % 64u);
-                            const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o7 + l31) * args.input_strides[1][2] + (o16 + l32) * args.input_strides[1][3];
-                            f28[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o7 + l31) < (unsigned)s3 && (unsigned)(o16 + (l32 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f28[c]) q27[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l33 = (int)((unsigned)e / 2048u % 1u);
-                            const int l34 = (int)((unsigned)e / 2048u % 1u);
-                            const int l35 = (int)((unsigned)e / 32u % 64u);
-                            const int l36 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l33) * args.input_strides[1][0] + (o2 + l34) * args.input_strides[1][1] + (o7 + l35) * args.input_strides[1][2] + (o16 + l36) * args.input_strides[1][3];
-                            if (f28[c]) {
-                                const uint4 q = q27[c];
-                                v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v4[c * 8 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + l36) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 4] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 5] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 6] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 8 + 7] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1 && (unsigned)(o7 + l35) < (unsigned)s3 && (unsigned)(o16 + (l36 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v3[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v4[r]; }
-                        __syncthreads();
-                        float v5[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l37 = (int)((unsigned)e / 4096u % 1u);
-                                const int l38 = (int)((unsigned)e / 4096u % 1u);
-                                const int l39 = (int)((unsigned)e / 64u % 64u);
-                                const int l40 = (int)((unsigned)e / 1u % 64u);
-                                float a41 = 0.0f;
-                                for (int q = 0; q < 32; q++) a41 = fmaf((dt_smem + 0)[l37 * 2048 + l38 * 2048 + l39 * 32 + q * 1], (dt_smem + 4096)[l37 * 2048 + l38 * 2048 + l40 * 32 + q * 1], a41);
-                                v5[r] = a41;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc1[r] = acc1[r] + v5[r];
-                            }
-                        }
+                        /* acc1 += v5: accumulated by the tensor-core dot above */
                     }
                     float v6[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v6[r] = acc1[r];
-                        }
+                        v6[r] = acc1[r];
                     }
                     float v7[1];
                     {
@@ -3664,10 +3189,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v9[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v9[r] = (v6[r] * v8[0]);
-                        }
+                        v9[r] = (v6[r] * v8[0]);
                     }
                     float v10[1];
                     {
@@ -3681,26 +3203,33 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         (void)r; (void)e;
                         v11[r] = (-v10[0]);
                     }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v2[r]; }
+                    __syncthreads();
                     float v12[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                        }
+                        const int l37 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l38 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l61 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o7 + l61) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
+                        const int l42 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v13[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l43 = 0;
+                        const int l44 = 0;
+                        const int l45 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l46 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
+                        (dt_smem + 0)[e] = v13[r];
+                    }
                     __syncthreads();
                     float v14[1];
                     /* cooperative reduction: 4 threads per result */
@@ -3709,10 +3238,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int q = tid % 4;
                         float p = (-INFINITY);
                         if (j < 64) {
-                            const int l62 = (j / 64) % 1;
-                            const int l63 = (j / 64) % 1;
-                            const int l64 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
+                            const int l47 = (j / 64) % 1;
+                            const int l48 = (j / 64) % 1;
+                            const int l49 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
                         }
                         for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -3751,14 +3280,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o77 = 0; o77 < s3; o77 += 64) {
+                for (long long o62 = 0; o62 < s3; o62 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l78 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o77 + l78);
+                            const int l63 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o62 + l63);
                         }
                     }
                     float v17[1];
@@ -3766,8 +3295,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l79 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l79);
+                            const int l64 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l64);
                         }
                     }
                     __syncthreads();
@@ -3783,145 +3312,92 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l80 = (int)((unsigned)e / 64u % 64u);
-                            const int l81 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l81]) <= ((dt_smem + 4096)[l80]) ? 1.0f : 0.0f);
+                            const int l65 = (int)((unsigned)e / 64u % 64u);
+                            const int l66 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            acc4[r] = 0e0f;
-                        }
+                        acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o86 = 0; o86 < s5; o86 += 32) {
-                        float v19[8];
-                        uint4 q87[1];
-                        bool f88[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l89 = (int)((unsigned)e / 2048u % 1u);
-                            const int l90 = (int)((unsigned)e / 2048u % 1u);
-                            const int l91 = (int)((unsigned)e / 32u % 64u);
-                            const int l92 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o86 + l92) * args.input_strides[0][3];
-                            f88[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o86 + (l92 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                            if (f88[c]) q87[c] = *(const uint4*)(in0 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l93 = (int)((unsigned)e / 2048u % 1u);
-                            const int l94 = (int)((unsigned)e / 2048u % 1u);
-                            const int l95 = (int)((unsigned)e / 32u % 64u);
-                            const int l96 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l93) * args.input_strides[0][0] + (o2 + l94) * args.input_strides[0][1] + (o3 + l95) * args.input_strides[0][2] + (o86 + l96) * args.input_strides[0][3];
-                            if (f88[c]) {
-                                const uint4 q = q87[c];
-                                v19[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v19[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v19[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v19[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v19[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v19[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v19[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v19[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v19[c * 8 + 0] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + l96) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 1] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 2] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 3] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 4] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 5] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 6] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 8 + 7] = ((unsigned)(o1 + l93) < (unsigned)s0 && (unsigned)(o2 + l94) < (unsigned)s1 && (unsigned)(o3 + l95) < (unsigned)s2 && (unsigned)(o86 + (l96 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                    for (long long o71 = 0; o71 < s5; o71 += 32) {
+                        /* v19: loaded by the tensor-core dot that reads it */
+                        /* v20: loaded by the tensor-core dot that reads it */
+                        __syncthreads();
+                        /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l73 = (int)((unsigned)e / 256u % 1u);
+                                    const int l74 = (int)((unsigned)e / 256u % 1u);
+                                    const int l75 = (int)((unsigned)e / 4u % 64u);
+                                    const int l76 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        float v20[8];
-                        uint4 q97[1];
-                        bool f98[1];
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l99 = (int)((unsigned)e / 2048u % 1u);
-                            const int l100 = (int)((unsigned)e / 2048u % 1u);
-                            const int l101 = (int)((unsigned)e / 32u % 64u);
-                            const int l102 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l99) * args.input_strides[1][0] + (o2 + l100) * args.input_strides[1][1] + (o77 + l101) * args.input_strides[1][2] + (o86 + l102) * args.input_strides[1][3];
-                            f98[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o2 + l100) < (unsigned)s1 && (unsigned)(o77 + l101) < (unsigned)s3 && (unsigned)(o86 + (l102 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                            if (f98[c]) q97[c] = *(const uint4*)(in1 + a);
-                        }
-                        #pragma unroll
-                        for (int c = 0; c < 1; c++) {
-                            const int e = (c * 256 + tid) * 8;
-                            const int l103 = (int)((unsigned)e / 2048u % 1u);
-                            const int l104 = (int)((unsigned)e / 2048u % 1u);
-                            const int l105 = (int)((unsigned)e / 32u % 64u);
-                            const int l106 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o77 + l105) * args.input_strides[1][2] + (o86 + l106) * args.input_strides[1][3];
-                            if (f98[c]) {
-                                const uint4 q = q97[c];
-                                v20[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                v20[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                v20[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                v20[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                v20[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                v20[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                v20[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                v20[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                            } else {
-                                v20[c * 8 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + l106) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 4] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 5] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 6] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 8 + 7] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o77 + l105) < (unsigned)s3 && (unsigned)(o86 + (l106 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                        /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 256u % 1u);
+                                    const int l80 = (int)((unsigned)e / 4u % 64u);
+                                    const int l81 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 8; q++) {
+                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v19[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l107 = (int)((unsigned)e / 4096u % 1u);
-                                const int l108 = (int)((unsigned)e / 4096u % 1u);
-                                const int l109 = (int)((unsigned)e / 64u % 64u);
-                                const int l110 = (int)((unsigned)e / 1u % 64u);
-                                float a111 = 0.0f;
-                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
-                                v21[r] = a111;
+                        /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                        {
+                            const int lane = tid & 63;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            #pragma unroll
+                            for (int kk = 0; kk < 32; kk += 16) {
+                                unsigned fa[2][2], fb[2][2];
+                                #pragma unroll
+                                for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                #pragma unroll
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) {
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc4[(i * 2 + j) * 4], fa[i], fb[j]);
+                                }
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc4[r] = acc4[r] + v21[r];
-                            }
-                        }
+                        /* acc4 += v21: accumulated by the tensor-core dot above */
                     }
                     float v22[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v22[r] = acc4[r];
-                        }
+                        v22[r] = acc4[r];
                     }
                     float v23[1];
                     {
@@ -3938,10 +3414,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v25[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v25[r] = (v22[r] * v24[0]);
-                        }
+                        v25[r] = (v22[r] * v24[0]);
                     }
                     float v26[1];
                     {
@@ -3955,13 +3428,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         (void)r; (void)e;
                         v27[r] = (-v26[0]);
                     }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v18[r]; }
+                    __syncthreads();
                     float v28[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v28[r] = v18[r] != 0.0f ? v25[r] : v27[0];
-                        }
+                        const int l92 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l93 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3970,34 +3446,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     float v30[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l128 = (int)((unsigned)e / 4096u % 1u);
-                            const int l129 = (int)((unsigned)e / 4096u % 1u);
-                            const int l130 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
-                        }
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v31[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            v31[r] = dt_fast_exp(v30[r]);
-                        }
+                        v31[r] = dt_fast_exp(v30[r]);
                     }
                     float v32[16];
                     #pragma unroll
                     for (int r = 0; r < 16; r++) {
-                        const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o77 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
-                        }
+                        const int l105 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
                     __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v32[r]; }
+                    for (int r = 0; r < 16; r++) {
+                        const int l106 = 0;
+                        const int l107 = 0;
+                        const int l108 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l109 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
+                        (dt_smem + 0)[e] = v32[r];
+                    }
                     __syncthreads();
                     float v33[1];
                     /* cooperative reduction: 4 threads per result */
@@ -4006,10 +3480,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int q = tid % 4;
                         float p = 0e0f;
                         if (j < 64) {
-                            const int l140 = (j / 64) % 1;
-                            const int l141 = (j / 64) % 1;
-                            const int l142 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
+                            const int l110 = (j / 64) % 1;
+                            const int l111 = (j / 64) % 1;
+                            const int l112 = (j / 1) % 64;
+                            for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
                         }
                         for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                         if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4039,7 +3513,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
+                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll 1
@@ -4050,14 +3524,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o157 = 0; o157 < s3; o157 += 64) {
+                    for (long long o127 = 0; o127 < s3; o127 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l158 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o157 + l158);
+                                const int l128 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o127 + l128);
                             }
                         }
                         float v36[1];
@@ -4065,8 +3539,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l159 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l159);
+                                const int l129 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l129);
                             }
                         }
                         __syncthreads();
@@ -4082,145 +3556,92 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l160 = (int)((unsigned)e / 64u % 64u);
-                                const int l161 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
+                                const int l130 = (int)((unsigned)e / 64u % 64u);
+                                const int l131 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                acc7[r] = 0e0f;
-                            }
+                            acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o166 = 0; o166 < s5; o166 += 32) {
-                            float v38[8];
-                            uint4 q167[1];
-                            bool f168[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l169 = (int)((unsigned)e / 2048u % 1u);
-                                const int l170 = (int)((unsigned)e / 2048u % 1u);
-                                const int l171 = (int)((unsigned)e / 32u % 64u);
-                                const int l172 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l169) * args.input_strides[0][0] + (o2 + l170) * args.input_strides[0][1] + (o3 + l171) * args.input_strides[0][2] + (o166 + l172) * args.input_strides[0][3];
-                                f168[c] = args.input_strides[0][3] == 1 && (unsigned)(o1 + l169) < (unsigned)s0 && (unsigned)(o2 + l170) < (unsigned)s1 && (unsigned)(o3 + l171) < (unsigned)s2 && (unsigned)(o166 + (l172 + 7)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0;
-                                if (f168[c]) q167[c] = *(const uint4*)(in0 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l173 = (int)((unsigned)e / 2048u % 1u);
-                                const int l174 = (int)((unsigned)e / 2048u % 1u);
-                                const int l175 = (int)((unsigned)e / 32u % 64u);
-                                const int l176 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l173) * args.input_strides[0][0] + (o2 + l174) * args.input_strides[0][1] + (o3 + l175) * args.input_strides[0][2] + (o166 + l176) * args.input_strides[0][3];
-                                if (f168[c]) {
-                                    const uint4 q = q167[c];
-                                    v38[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v38[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v38[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v38[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v38[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v38[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v38[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v38[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v38[c * 8 + 0] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + l176) < (unsigned)s5) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 1] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 1)) < (unsigned)s5) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 2] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 2)) < (unsigned)s5) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 3] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 3)) < (unsigned)s5) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 4] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 4)) < (unsigned)s5) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 5] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 5)) < (unsigned)s5) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 6] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 6)) < (unsigned)s5) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 8 + 7] = ((unsigned)(o1 + l173) < (unsigned)s0 && (unsigned)(o2 + l174) < (unsigned)s1 && (unsigned)(o3 + l175) < (unsigned)s2 && (unsigned)(o166 + (l176 + 7)) < (unsigned)s5) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][3]]) : 0e0f;
+                        for (long long o136 = 0; o136 < s5; o136 += 32) {
+                            /* v38: loaded by the tensor-core dot that reads it */
+                            /* v39: loaded by the tensor-core dot that reads it */
+                            __syncthreads();
+                            /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l138 = (int)((unsigned)e / 256u % 1u);
+                                        const int l139 = (int)((unsigned)e / 256u % 1u);
+                                        const int l140 = (int)((unsigned)e / 4u % 64u);
+                                        const int l141 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v39[8];
-                            uint4 q177[1];
-                            bool f178[1];
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l179 = (int)((unsigned)e / 2048u % 1u);
-                                const int l180 = (int)((unsigned)e / 2048u % 1u);
-                                const int l181 = (int)((unsigned)e / 32u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l179) * args.input_strides[1][0] + (o2 + l180) * args.input_strides[1][1] + (o157 + l181) * args.input_strides[1][2] + (o166 + l182) * args.input_strides[1][3];
-                                f178[c] = args.input_strides[1][3] == 1 && (unsigned)(o1 + l179) < (unsigned)s0 && (unsigned)(o2 + l180) < (unsigned)s1 && (unsigned)(o157 + l181) < (unsigned)s3 && (unsigned)(o166 + (l182 + 7)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0;
-                                if (f178[c]) q177[c] = *(const uint4*)(in1 + a);
-                            }
-                            #pragma unroll
-                            for (int c = 0; c < 1; c++) {
-                                const int e = (c * 256 + tid) * 8;
-                                const int l183 = (int)((unsigned)e / 2048u % 1u);
-                                const int l184 = (int)((unsigned)e / 2048u % 1u);
-                                const int l185 = (int)((unsigned)e / 32u % 64u);
-                                const int l186 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o157 + l185) * args.input_strides[1][2] + (o166 + l186) * args.input_strides[1][3];
-                                if (f178[c]) {
-                                    const uint4 q = q177[c];
-                                    v39[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                                    v39[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                                    v39[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                                    v39[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                                    v39[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                                    v39[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                                    v39[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                                    v39[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                                } else {
-                                    v39[c * 8 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + l186) < (unsigned)s5) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 1)) < (unsigned)s5) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 2)) < (unsigned)s5) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 3)) < (unsigned)s5) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 4] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 4)) < (unsigned)s5) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 5] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 5)) < (unsigned)s5) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 6] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 6)) < (unsigned)s5) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 8 + 7] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o157 + l185) < (unsigned)s3 && (unsigned)(o166 + (l186 + 7)) < (unsigned)s5) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][3]]) : 0e0f;
+                            /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 1; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 256u % 1u);
+                                        const int l145 = (int)((unsigned)e / 4u % 64u);
+                                        const int l146 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 8; q++) {
+                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v38[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v39[r]; }
-                            __syncthreads();
-                            float v40[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l189 = (int)((unsigned)e / 64u % 64u);
-                                    const int l190 = (int)((unsigned)e / 1u % 64u);
-                                    float a191 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
-                                    v40[r] = a191;
+                            /* rdot on matrix cores: [i:64, j:64] over d:32 by 2 x 2 wavefronts of 2 x 2 m16n16k16 fragments */
+                            {
+                                const int lane = tid & 63;
+                                const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4096) + ((tid >> 6) % 2 * 32 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                                #pragma unroll
+                                for (int kk = 0; kk < 32; kk += 16) {
+                                    unsigned fa[2][2], fb[2][2];
+                                    #pragma unroll
+                                    for (int fai = 0; fai < 2; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                    #pragma unroll
+                                    for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 640 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                    #pragma unroll
+                                    for (int i = 0; i < 2; i++) {
+                                        #pragma unroll
+                                        for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc7[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    }
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                                (void)e; {
-                                    acc7[r] = acc7[r] + v40[r];
-                                }
-                            }
+                            /* acc7 += v40: accumulated by the tensor-core dot above */
                         }
                         float v41[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v41[r] = acc7[r];
-                            }
+                            v41[r] = acc7[r];
                         }
                         float v42[1];
                         {
@@ -4237,10 +3658,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v44[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v44[r] = (v41[r] * v43[0]);
-                            }
+                            v44[r] = (v41[r] * v43[0]);
                         }
                         float v45[1];
                         {
@@ -4254,13 +3672,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             (void)r; (void)e;
                             v46[r] = (-v45[0]);
                         }
+                        __syncthreads();
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v37[r]; }
+                        __syncthreads();
                         float v47[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v47[r] = v37[r] != 0.0f ? v44[r] : v46[0];
-                            }
+                            const int l157 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l158 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -4269,46 +3690,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         float v49[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l208 = (int)((unsigned)e / 4096u % 1u);
-                                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                                const int l210 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
-                            }
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v50[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                v50[r] = dt_fast_exp(v49[r]);
-                            }
+                            v50[r] = dt_fast_exp(v49[r]);
                         }
                         float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                            (void)e; {
-                                const int l219 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o157 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
-                            }
+                            const int l170 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[32];
                         #pragma unroll 1
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l220 = (int)((unsigned)e / 8192u % 1u);
-                                const int l221 = (int)((unsigned)e / 8192u % 1u);
-                                const int l222 = (int)((unsigned)e / 64u % 128u);
-                                const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o157 + l223) < (unsigned)s3 && (unsigned)(o152 + l222) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o157 + l223) * args.input_strides[2][2] + (o152 + l222) * args.input_strides[2][3]]) : 0e0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v51[r]; }
+                        for (int r = 0; r < 16; r++) {
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 6) / 2 * 32 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l178 = (tid >> 6) % 2 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
+                            (dt_smem + 0)[e] = v51[r];
+                        }
                         __syncthreads();
                         __syncthreads();
                         #pragma unroll 1
@@ -4319,13 +3738,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l224 = (int)((unsigned)e / 8192u % 1u);
-                                const int l225 = (int)((unsigned)e / 8192u % 1u);
-                                const int l226 = (int)((unsigned)e / 128u % 64u);
-                                const int l227 = (int)((unsigned)e / 1u % 128u);
-                                float a228 = 0.0f;
-                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
-                                v53[r] = a228;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v53[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -4353,31 +3772,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l237 = (int)((unsigned)e / 8192u % 1u);
-                            const int l238 = (int)((unsigned)e / 8192u % 1u);
-                            const int l239 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
                         const int e = (c * 256 + tid) * 8;
-                        const int l241 = (int)((unsigned)e / 8192u % 1u);
-                        const int l242 = (int)((unsigned)e / 8192u % 1u);
-                        const int l243 = (int)((unsigned)e / 128u % 64u);
-                        const int l244 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o152 + l244) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o152 + (l244 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }

@@ -194,6 +194,79 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 }
 #endif
 
+#if defined(__HIPCC__)
+/* Matrix cores, for dots of f16 and bf16 tiles staged in shared memory.
+ * dt_copy16_to_shared: 16 bytes from global memory to shared memory, both 16-byte aligned.
+ * dt_mfma_16x16x16_T: d += a * b for one 16x16x16 step of a wavefront (all 64 lanes call it):
+ * lane l gives A[l % 16][(l / 16) * 4 + q] and B[(l / 16) * 4 + q][l % 16] for q = 0..3, in
+ * pairs (q = 0, 1 in a[0], the first in the low half; q = 2, 3 in a[1]), and holds
+ * d[q] = D[(l / 16) * 4 + q][l % 16]. One v_mfma_f32_16x16x16 instruction where the GPU has it
+ * (f16 from gfx908 on, bf16 from gfx90a on); elsewhere each lane gathers the operands it needs
+ * with shuffles and computes its four results itself (the same sums, in another order). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) { *(uint4*)smem = *(const uint4*)gmem; }
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 1
+#elif defined(__gfx908__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 0
+#else
+#define DT_MFMA_F16 0
+#define DT_MFMA_BF16 0
+#endif
+typedef float dt_float4 __attribute__((ext_vector_type(4)));
+typedef _Float16 dt_half4 __attribute__((ext_vector_type(4)));
+typedef short dt_short4 __attribute__((ext_vector_type(4)));
+/* Element q (0..3) of a lane's packed operand words, as f32. */
+DT_FN float dt_mfma_operand(const unsigned* w, int q, int bf16) {
+    const dt_f16 h = (dt_f16)((q & 1) ? w[q >> 1] >> 16 : w[q >> 1] & 0xffffu);
+    return bf16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+}
+DT_FN void dt_mfma_by_shuffles(float* d, const unsigned* a, const unsigned* b, int bf16) {
+    const int lane = (int)(threadIdx.x & 63u);
+    const int col = lane & 15, row = (lane >> 4) * 4;
+#pragma unroll
+    for (int g = 0; g < 4; g++) { /* k = 4g .. 4g + 3 sit in lanes 16g .. 16g + 15 */
+        unsigned bw[2], aw[4][2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            bw[w] = __shfl(b[w], 16 * g + col, 64);
+#pragma unroll
+            for (int q = 0; q < 4; q++) aw[q][w] = __shfl(a[w], 16 * g + row + q, 64);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+            for (int kq = 0; kq < 4; kq++) d[q] += dt_mfma_operand(aw[q], kq, bf16) * dt_mfma_operand(bw, kq, bf16);
+        }
+    }
+}
+DT_FN void dt_mfma_16x16x16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_F16
+    dt_half4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16f16(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 0);
+#endif
+}
+DT_FN void dt_mfma_16x16x16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_BF16
+    dt_short4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 1);
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 

@@ -194,6 +194,79 @@ DT_FN void dt_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) 
 }
 #endif
 
+#if defined(__HIPCC__)
+/* Matrix cores, for dots of f16 and bf16 tiles staged in shared memory.
+ * dt_copy16_to_shared: 16 bytes from global memory to shared memory, both 16-byte aligned.
+ * dt_mfma_16x16x16_T: d += a * b for one 16x16x16 step of a wavefront (all 64 lanes call it):
+ * lane l gives A[l % 16][(l / 16) * 4 + q] and B[(l / 16) * 4 + q][l % 16] for q = 0..3, in
+ * pairs (q = 0, 1 in a[0], the first in the low half; q = 2, 3 in a[1]), and holds
+ * d[q] = D[(l / 16) * 4 + q][l % 16]. One v_mfma_f32_16x16x16 instruction where the GPU has it
+ * (f16 from gfx908 on, bf16 from gfx90a on); elsewhere each lane gathers the operands it needs
+ * with shuffles and computes its four results itself (the same sums, in another order). */
+DT_FN void dt_copy16_to_shared(void* smem, const void* gmem) { *(uint4*)smem = *(const uint4*)gmem; }
+#if defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 1
+#elif defined(__gfx908__)
+#define DT_MFMA_F16 1
+#define DT_MFMA_BF16 0
+#else
+#define DT_MFMA_F16 0
+#define DT_MFMA_BF16 0
+#endif
+typedef float dt_float4 __attribute__((ext_vector_type(4)));
+typedef _Float16 dt_half4 __attribute__((ext_vector_type(4)));
+typedef short dt_short4 __attribute__((ext_vector_type(4)));
+/* Element q (0..3) of a lane's packed operand words, as f32. */
+DT_FN float dt_mfma_operand(const unsigned* w, int q, int bf16) {
+    const dt_f16 h = (dt_f16)((q & 1) ? w[q >> 1] >> 16 : w[q >> 1] & 0xffffu);
+    return bf16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+}
+DT_FN void dt_mfma_by_shuffles(float* d, const unsigned* a, const unsigned* b, int bf16) {
+    const int lane = (int)(threadIdx.x & 63u);
+    const int col = lane & 15, row = (lane >> 4) * 4;
+#pragma unroll
+    for (int g = 0; g < 4; g++) { /* k = 4g .. 4g + 3 sit in lanes 16g .. 16g + 15 */
+        unsigned bw[2], aw[4][2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            bw[w] = __shfl(b[w], 16 * g + col, 64);
+#pragma unroll
+            for (int q = 0; q < 4; q++) aw[q][w] = __shfl(a[w], 16 * g + row + q, 64);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+            for (int kq = 0; kq < 4; kq++) d[q] += dt_mfma_operand(aw[q], kq, bf16) * dt_mfma_operand(bw, kq, bf16);
+        }
+    }
+}
+DT_FN void dt_mfma_16x16x16_f16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_F16
+    dt_half4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16f16(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 0);
+#endif
+}
+DT_FN void dt_mfma_16x16x16_bf16(float* d, const unsigned* a, const unsigned* b) {
+#if DT_MFMA_BF16
+    dt_short4 va, vb;
+    __builtin_memcpy(&va, a, 8);
+    __builtin_memcpy(&vb, b, 8);
+    dt_float4 c = {d[0], d[1], d[2], d[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, c, 0, 0, 0);
+    d[0] = c[0], d[1] = c[1], d[2] = c[2], d[3] = c[3];
+#else
+    dt_mfma_by_shuffles(d, a, b, 1);
+#endif
+}
+#endif
+
 DT_FN float dt_rsqrt(float a) { return 1.0f / sqrtf(a); }
 DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
@@ -225,7 +298,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 32768 bytes of shared memory */
+/* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 18944 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -255,99 +328,85 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
         for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
             /* rdot accumulator */
             float acc0[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[16];
-                uint4 q6[2];
-                bool f7[2];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 256 + tid) * 8;
-                    const int l8 = (int)((unsigned)e / 32u % 128u);
-                    const int l9 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
-                }
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 256 + tid) * 8;
-                    const int l10 = (int)((unsigned)e / 32u % 128u);
-                    const int l11 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
-                    if (f7[c]) {
-                        const uint4 q = q6[c];
-                        v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                        v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                        v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                        v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                        v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                        v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                        v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                        v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                    } else {
-                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                /* v0: loaded by the tensor-core dot that reads it */
+                /* v1: loaded by the tensor-core dot that reads it */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 256;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 4u % 128u);
+                            const int l8 = (int)((unsigned)e / 1u % 4u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        const int l12 = (int)((unsigned)e / 32u % 128u);
-                        const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 256;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 16u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 16u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[64];
-                #pragma unroll 1
-                for (int r = 0; r < 64; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        const int l14 = (int)((unsigned)e / 128u % 128u);
-                        const int l15 = (int)((unsigned)e / 1u % 128u);
-                        float a16 = 0.0f;
-                        for (int q = 0; q < 32; q++) a16 = fmaf((dt_smem + 0)[l14 * 32 + q * 1], (dt_smem + 4096)[l15 * 32 + q * 1], a16);
-                        v2[r] = a16;
+                /* rdot on matrix cores: [x:128, y:128] over k:32 by 2 x 2 wavefronts of 4 x 4 m16n16k16 fragments */
+                {
+                    const int lane = tid & 63;
+                    const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                    const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2560) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 16) {
+                        unsigned fa[4][2], fb[4][2];
+                        #pragma unroll
+                        for (int fai = 0; fai < 4; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                        #pragma unroll
+                        for (int fbi = 0; fbi < 4; fbi++) {
+                            const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                            fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                            fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                        }
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            #pragma unroll
+                            for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc0[(i * 4 + j) * 4], fa[i], fb[j]);
+                        }
                     }
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 64; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the tensor-core dot above */
             }
             float v3[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v5[1];
             {
@@ -356,12 +415,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 v5[r] = 0e0f;
             }
             float v6[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v8[1];
             {
@@ -370,45 +426,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                 v8[r] = 1e-2f;
             }
             float v10[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
-            for (int c = 0; c < 8; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l27 = (int)((unsigned)e / 128u % 128u);
-                const int l28 = (int)((unsigned)e / 1u % 128u);
-                const long long a = (o1 + l27) * args.output_strides[0] + (o2 + l28) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v11[c * 8 + 0], v11[c * 8 + 1]), dt_pack2_f16(v11[c * 8 + 2], v11[c * 8 + 3]), dt_pack2_f16(v11[c * 8 + 4], v11[c * 8 + 5]), dt_pack2_f16(v11[c * 8 + 6], v11[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 0]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 1]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 2]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 3]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 4]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 5]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 6]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v11[c * 8 + 7]);
-                }
+            for (int r = 0; r < 64; r++) {
+                const int l20 = (tid >> 6) / 2 * 64 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                const int l21 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(o1 + l20) * args.output_strides[0] + (o2 + l21) * args.output_strides[1]] = dt_store_f16(v11[r]);
             }
         }
     }
 }
 
-/* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 32768 bytes of shared memory */
+/* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 18944 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -438,99 +475,85 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
         for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
             /* rdot accumulator */
             float acc0[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[16];
-                uint4 q6[2];
-                bool f7[2];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 256 + tid) * 8;
-                    const int l8 = (int)((unsigned)e / 32u % 128u);
-                    const int l9 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
-                }
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 256 + tid) * 8;
-                    const int l10 = (int)((unsigned)e / 32u % 128u);
-                    const int l11 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
-                    if (f7[c]) {
-                        const uint4 q = q6[c];
-                        v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                        v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                        v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                        v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                        v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                        v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                        v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                        v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                    } else {
-                        v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s2) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s2) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s2) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s2) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s2) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s2) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s2) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s2) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                /* v0: loaded by the tensor-core dot that reads it */
+                /* v1: loaded by the tensor-core dot that reads it */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 256;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 4u % 128u);
+                            const int l8 = (int)((unsigned)e / 1u % 4u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        const int l12 = (int)((unsigned)e / 32u % 128u);
-                        const int l13 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_bf16(in1[(o5 + l13) * args.input_strides[1][0] + (o2 + l12) * args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 256;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 16u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 16u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 8; q++) {
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[64];
-                #pragma unroll 1
-                for (int r = 0; r < 64; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        const int l14 = (int)((unsigned)e / 128u % 128u);
-                        const int l15 = (int)((unsigned)e / 1u % 128u);
-                        float a16 = 0.0f;
-                        for (int q = 0; q < 32; q++) a16 = fmaf((dt_smem + 0)[l14 * 32 + q * 1], (dt_smem + 4096)[l15 * 32 + q * 1], a16);
-                        v2[r] = a16;
+                /* rdot on matrix cores: [x:128, y:128] over k:32 by 2 x 2 wavefronts of 4 x 4 m16n16k16 fragments */
+                {
+                    const int lane = tid & 63;
+                    const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                    const unsigned short* fb0 = (const unsigned short*)(dt_smem + 2560) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 2 * 64 + (lane & 15);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 16) {
+                        unsigned fa[4][2], fb[4][2];
+                        #pragma unroll
+                        for (int fai = 0; fai < 4; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                        #pragma unroll
+                        for (int fbi = 0; fbi < 4; fbi++) {
+                            const unsigned short* q = fb0 + fbi * 16 + kk * 136;
+                            fb[fbi][0] = (unsigned)q[0] | ((unsigned)q[136] << 16);
+                            fb[fbi][1] = (unsigned)q[272] | ((unsigned)q[408] << 16);
+                        }
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            #pragma unroll
+                            for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc0[(i * 4 + j) * 4], fa[i], fb[j]);
+                        }
                     }
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 64; r++) {
-                    const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the tensor-core dot above */
             }
             float v3[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v5[1];
             {
@@ -539,12 +562,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 v5[r] = 0e0f;
             }
             float v6[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v8[1];
             {
@@ -553,39 +573,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                 v8[r] = 1e-2f;
             }
             float v10[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[64];
-            #pragma unroll 1
+            #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
-            for (int c = 0; c < 8; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l27 = (int)((unsigned)e / 128u % 128u);
-                const int l28 = (int)((unsigned)e / 1u % 128u);
-                const long long a = (o1 + l27) * args.output_strides[0] + (o2 + l28) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v11[c * 8 + 0], v11[c * 8 + 1]), dt_pack2_bf16(v11[c * 8 + 2], v11[c * 8 + 3]), dt_pack2_bf16(v11[c * 8 + 4], v11[c * 8 + 5]), dt_pack2_bf16(v11[c * 8 + 6], v11[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 0]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 1]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 2]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 3]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 4]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 5]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 6]);
-                    if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + (l28 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v11[c * 8 + 7]);
-                }
+            for (int r = 0; r < 64; r++) {
+                const int l20 = (tid >> 6) / 2 * 64 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                const int l21 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(o1 + l20) * args.output_strides[0] + (o2 + l21) * args.output_strides[1]] = dt_store_bf16(v11[r]);
             }
         }
     }

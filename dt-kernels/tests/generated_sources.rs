@@ -81,8 +81,14 @@ fn generated_hip_compiles_for_gfx90a() {
     let Some(hipcc) = require("hipcc", hip::find_hipcc(&BuildEnv::from_process())) else { return };
     let dir = out_dir("hip");
     for src in generated("hip") {
-        let out = dir.join(format!("{}.gfx90a.hsaco", src.file_stem().unwrap().to_string_lossy()));
-        hip::compile_code_object(&hipcc, &src, &out, "gfx90a", &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+        // Files with matrix-core dots also for the GPUs that take the other branches of the
+        // runtime's MFMA helpers: gfx908 (f16 only) and gfx906 (none: the shuffle fallback).
+        let text = std::fs::read_to_string(&src).expect("generated source reads");
+        let archs: &[&str] = if text.contains("dt_mfma_16x16x16_f16(&") { &["gfx90a", "gfx908", "gfx906"] } else { &["gfx90a"] };
+        for arch in archs {
+            let out = dir.join(format!("{}.{arch}.hsaco", src.file_stem().unwrap().to_string_lossy()));
+            hip::compile_code_object(&hipcc, &src, &out, arch, &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 

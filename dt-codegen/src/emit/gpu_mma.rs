@@ -1,33 +1,40 @@
-//! Register layouts of the GPU emitter, and `rdot` on NVIDIA tensor cores (`mma.sync`).
+//! Register layouts of the GPU emitter, and `rdot` on matrix units: NVIDIA tensor cores
+//! (`mma.sync`) and AMD matrix cores (MFMA).
 //!
 //! Before a kernel is printed, [`plan`] gives every value and accumulator a [`RegLayout`]: where
 //! each element of the tile lives (which thread, which register slot). Most tiles are
-//! [`RegLayout::Blocked`]. A dot that tensor cores can compute gets [`RegLayout::Mma`], the
-//! accumulator layout of `mma.sync.m16n8k16`, and so do the accumulators it is summed into and the
+//! [`RegLayout::Blocked`]. A dot that the matrix units can compute gets [`RegLayout::Mma`], the
+//! accumulator layout of the dialect's matrix instruction ([`MatrixIsa`]: `mma.sync.m16n8k16` on
+//! CUDA, `v_mfma_f32_16x16x16` on HIP), and so do the accumulators it is summed into and the
 //! element-wise values computed only from such tiles, so that the epilogue (scaling, masking, the
 //! store) runs on the fragments in place. Where two layouts meet, the value is published through
 //! shared memory with its producer's mapping and read back under the reader's, as any tile read
 //! under another shape is.
 //!
-//! A tensor-core dot stages both operands in shared memory as 16-bit values, in lines padded so
+//! A matrix-unit dot stages both operands in shared memory as 16-bit values, in lines padded so
 //! that the eight line addresses of an `ldmatrix` fall in distinct banks: [rows][K], or
 //! [K][rows] (read with `ldmatrix.trans`) for an operand whose input has the row dimension as
 //! its last, contiguous axis, so that the copy from global memory is coalesced either way. An
 //! operand loaded only for the dot is copied there straight from global memory, 16 bytes at a
 //! time where the input allows. Each warp then walks the contraction in steps of 16, loading
-//! fragments with `ldmatrix` and accumulating in f32 with `mma.sync`, into the registers of the
-//! accumulator the dot is summed into. This applies only where it changes no result beyond the
-//! order of f32 additions: on CUDA (the helpers need sm_80), for f16 and bf16 kernels whose
-//! operands are exact in that type (loads, possibly masked with a representable fill; a value
-//! computed in the kernel is f32 and is left to the scalar path, such as the probabilities of
-//! attention), and for tiles the warps divide into whole m16n8k16 fragments.
+//! fragments (with `ldmatrix` on CUDA; on HIP each lane reads its four consecutive elements along
+//! K, 8 bytes at a time from [rows][K] lines) and accumulating in f32 (`mma.sync`,
+//! `__builtin_amdgcn_mfma_f32_16x16x16f16` / `..bf16_1k`), into the registers of the accumulator
+//! the dot is summed into. This applies only where it changes no result beyond the order of f32
+//! additions: for f16 and bf16 kernels whose operands are exact in that type (loads, possibly
+//! masked with a representable fill; a value computed in the kernel is f32 and is left to the
+//! scalar path, such as the probabilities of attention), and for tiles the warps divide into
+//! whole fragments. The CUDA helpers need sm_80; the HIP helpers use MFMA where the architecture
+//! has it (gfx908 for f16, gfx90a and the gfx94x for both) and an exchange of the operands by
+//! shuffles within the wavefront elsewhere, which computes the same result.
 //!
 //! `num_stages(S)` with S >= 2 pipelines a reduction loop that does nothing but such a dot of
-//! two operands it loads itself (a plain matmul's k loop): each operand gets S shared-memory
-//! buffers, the copies for step i + S - 1 are started with `cp.async` before the tensor cores
-//! work on step i, and one `__syncthreads` per step both publishes step i and frees the buffer
-//! that step i + S - 1 overwrites (it was read in step i - 1). Any other loop, and a dot whose
-//! S buffers do not fit in shared memory, runs unpipelined (S lowered until they fit).
+//! two operands it loads itself (a plain matmul's k loop), on CUDA: each operand gets S
+//! shared-memory buffers, the copies for step i + S - 1 are started with `cp.async` before the
+//! tensor cores work on step i, and one `__syncthreads` per step both publishes step i and frees
+//! the buffer that step i + S - 1 overwrites (it was read in step i - 1). Any other loop, a dot
+//! whose S buffers do not fit in shared memory, and HIP (no asynchronous copies to overlap)
+//! run unpipelined (S lowered until they fit).
 
 use super::{Dialect, Emitter, Lanes};
 use dt_core::algo::DimId;
@@ -45,13 +52,54 @@ pub(super) enum RegLayout {
     Replicated,
 }
 
+/// The matrix instruction a tensor-core dot is built on: its fragment shape and which lane holds
+/// which element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MatrixIsa {
+    /// NVIDIA `mma.sync.m16n8k16` (sm_80 and newer), 32-lane warps: fragments of 16 x 8.
+    /// Lane `l` holds rows `l / 4` and `l / 4 + 8`, columns `(l % 4) * 2` and `+ 1`; register
+    /// `r` of a thread holds fragment `r / 4`, row `+ 8` when `r & 2`, column `+ 1` when `r & 1`.
+    MmaSync,
+    /// AMD `v_mfma_f32_16x16x16` (f16 on gfx908 and newer, bf16 on gfx90a and newer; a shuffle
+    /// fallback elsewhere), 64-lane wavefronts: fragments of 16 x 16. Lane `l` holds column
+    /// `l % 16`, rows `(l / 16) * 4 + q` for `q` in 0..4; register `r` holds fragment `r / 4`,
+    /// `q = r % 4`. Its operands: lane `l` holds `A[l % 16][(l / 16) * 4 + q]` and
+    /// `B[(l / 16) * 4 + q][l % 16]`.
+    Mfma,
+}
+
+impl MatrixIsa {
+    /// The ISA of a dialect's tensor-core dots.
+    pub fn of(dialect: Dialect) -> MatrixIsa {
+        match dialect {
+            Dialect::Cuda => MatrixIsa::MmaSync,
+            Dialect::Hip => MatrixIsa::Mfma,
+        }
+    }
+
+    /// Rows and columns of one accumulator fragment.
+    fn fragment(self) -> (u32, u32) {
+        match self {
+            MatrixIsa::MmaSync => (16, 8),
+            MatrixIsa::Mfma => (16, 16),
+        }
+    }
+
+    /// log2 of the lanes of a warp or wavefront.
+    fn lane_bits(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync => 5,
+            MatrixIsa::Mfma => 6,
+        }
+    }
+}
+
 /// A [rows, cols] tile spread over `wm` x `wn` warps, each covering a (rows / wm) x (cols / wn)
-/// sub-tile with m16n8 fragments, fragments of one warp row-major. In a fragment, lane `l` holds
-/// rows `l / 4` and `l / 4 + 8`, columns `(l % 4) * 2` and `+ 1`; register `r` of a thread holds
-/// fragment `r / 4`, row `+ 8` when `r & 2`, column `+ 1` when `r & 1`. Every other dimension
-/// of the tile has extent 1.
+/// sub-tile with fragments of `isa`, fragments of one warp row-major. Every other dimension of
+/// the tile has extent 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct MmaTile {
+    pub isa: MatrixIsa,
     pub m: DimId,
     pub n: DimId,
     pub rows: u32,
@@ -63,15 +111,23 @@ pub(super) struct MmaTile {
 impl MmaTile {
     /// Fragments per warp along the rows and the columns.
     fn frags(&self) -> (u32, u32) {
-        (self.rows / self.wm / 16, self.cols / self.wn / 8)
+        let (fr, fc) = self.isa.fragment();
+        (self.rows / self.wm / fr, self.cols / self.wn / fc)
     }
 
     /// C expressions of the row and the column of register `r` (a C expression) of thread `tid`.
     pub(super) fn row_col(&self, r: &str) -> (String, String) {
         let (_, fn_) = self.frags();
         let (wr, wc) = (self.rows / self.wm, self.cols / self.wn);
-        let row = format!("(tid >> 5) / {} * {wr} + ({r} >> 2) / {fn_} * 16 + ((tid & 31) >> 2) + (({r} >> 1) & 1) * 8", self.wn);
-        let col = format!("(tid >> 5) % {} * {wc} + ({r} >> 2) % {fn_} * 8 + (tid & 3) * 2 + ({r} & 1)", self.wn);
+        let (fr, fc) = self.isa.fragment();
+        let bits = self.isa.lane_bits();
+        let lane = format!("(tid & {})", (1 << bits) - 1);
+        let (in_row, in_col) = match self.isa {
+            MatrixIsa::MmaSync => (format!("({lane} >> 2) + (({r} >> 1) & 1) * 8"), format!("(tid & 3) * 2 + ({r} & 1)")),
+            MatrixIsa::Mfma => (format!("({lane} >> 4) * 4 + ({r} & 3)"), "(tid & 15)".to_string()),
+        };
+        let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> 2) / {fn_} * {fr} + {in_row}", self.wn);
+        let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> 2) % {fn_} * {fc} + {in_col}", self.wn);
         (row, col)
     }
 }
@@ -187,11 +243,11 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
     let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
-    if dialect == Dialect::Cuda && matches!(dtype, DType::F16 | DType::BF16) {
+    if matches!(dtype, DType::F16 | DType::BF16) {
         for (id, op) in &lets {
             if let Op::Dot { a, b, dim } = op {
                 if exact(dtype, *a, &def) && exact(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, *id, *a, *b, *dim) {
+                    if let Some(d) = geometry(k, MatrixIsa::of(dialect), *id, *a, *b, *dim) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
                     }
@@ -285,7 +341,8 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             Stmt::Update { var, value, .. } => *value == dot && d.into == Some(*var),
             _ => false,
         });
-        if !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
+        let sync = d.tile.isa == MatrixIsa::MmaSync;
+        if !sync || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
             continue;
         }
         let words = d.buffer_words(0) + d.buffer_words(1);
@@ -373,7 +430,7 @@ fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>)
 /// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
 /// gives each one whole m16n8 fragments. Among those arrangements, the one whose warps load
 /// the fewest operand rows per step.
-fn geometry(k: &Kernel, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+fn geometry(k: &Kernel, isa: MatrixIsa, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
     let big = |v: ValueId| -> Vec<DimId> {
         let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
         d.sort();
@@ -399,12 +456,14 @@ fn geometry(k: &Kernel, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Opti
         return None;
     }
     let warps = k.num_warps;
+    let (fr, fc) = isa.fragment();
     let (wm, wn) = (1..=warps)
         .filter(|wm| warps.is_multiple_of(*wm))
         .map(|wm| (wm, warps / wm))
-        .filter(|(wm, wn)| rows % (16 * wm) == 0 && cols % (8 * wn) == 0)
+        .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0)
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
-    Some(MmaDot { tile: MmaTile { m, n, rows, cols, wm, wn }, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1 })
+    let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
+    Some(MmaDot { tile, a: ra, b: rb, k: dim, depth, into: None, direct: [None, None], stages: 1 })
 }
 
 impl Emitter<'_> {
@@ -497,13 +556,17 @@ impl Emitter<'_> {
         }
     }
 
-    /// The tensor-core work of `id = dot` on operands already staged (in buffer `buf`).
+    /// The matrix-unit work of `id = dot` on operands already staged (in buffer `buf`).
     fn mma_compute(&mut self, id: ValueId, d: &MmaDot, buf: Option<&str>) {
         let t = d.tile;
         let (fm, fn_) = t.frags();
-        let suffix = self.dtype.name();
+        let (fr, fc) = t.isa.fragment();
+        let (unit, warps) = match t.isa {
+            MatrixIsa::MmaSync => ("tensor cores", "warps"),
+            MatrixIsa::Mfma => ("matrix cores", "wavefronts"),
+        };
         self.line(&format!(
-            "/* rdot on tensor cores: [{}:{}, {}:{}] over {}:{} by {} x {} warps of {fm} x {fn_} m16n8k16 fragments */",
+            "/* rdot on {unit}: [{}:{}, {}:{}] over {}:{} by {} x {} {warps} of {fm} x {fn_} m{fr}n{fc}k16 fragments */",
             self.k.dim_name(t.m),
             t.rows,
             self.k.dim_name(t.n),
@@ -523,6 +586,18 @@ impl Emitter<'_> {
                 dst
             }
         };
+        match t.isa {
+            MatrixIsa::MmaSync => self.mma_sync_steps(d, &acc, buf),
+            MatrixIsa::Mfma => self.mfma_steps(d, &acc, buf),
+        }
+    }
+
+    /// The contraction of a staged dot in steps of 16 on NVIDIA tensor cores: fragments loaded
+    /// with `ldmatrix`, accumulated with `mma.sync` into `acc`.
+    fn mma_sync_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
+        let t = d.tile;
+        let (fm, fn_) = t.frags();
+        let suffix = self.dtype.name();
         let (pa, pb) = (d.pitch(0), d.pitch(1));
         let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
         self.line("{");
@@ -581,6 +656,70 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line("#pragma unroll");
         self.line(&format!("for (int j = 0; j < {fn_}; j++) dt_mma_m16n8k16_{suffix}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// The contraction of a staged dot in steps of 16 on AMD matrix cores: each lane packs the
+    /// four elements along K that `v_mfma_f32_16x16x16` wants from it (see [`MatrixIsa::Mfma`])
+    /// in two 32-bit words, the first element in the low half, read 8 bytes at a time from an
+    /// operand staged [rows][K] and element by element from one staged [K][rows].
+    fn mfma_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
+        let t = d.tile;
+        let (fm, fn_) = t.frags();
+        let suffix = self.dtype.name();
+        let (wrow, wcol) = (format!("(tid >> 6) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 6) % {} * {}", t.wn, t.cols / t.wn));
+        self.line("{");
+        self.depth += 1;
+        self.line("const int lane = tid & 63;");
+        // Operand i's staged lines as 16-bit elements, at this lane's first element (row or
+        // column `lane % 16` of fragment 0, k `(lane / 16) * 4`) and k 0; `(fstride, kstride)`
+        // are the element steps to the next fragment and along k.
+        let mut steps = Vec::new();
+        for (i, (name, first_row)) in [("fa", wrow), ("fb", wcol)].into_iter().enumerate() {
+            let p = d.pitch(i);
+            let (at, st) = if d.trans(i) {
+                (format!("((lane >> 4) * 4) * {p} + {first_row} + (lane & 15)"), (16, p))
+            } else {
+                (format!("({first_row} + (lane & 15)) * {p} + (lane >> 4) * 4"), (16 * p, 1))
+            };
+            let smem = self.buffer(d, i, buf);
+            self.line(&format!("const unsigned short* {name}0 = (const unsigned short*){smem} + {at};"));
+            steps.push(st);
+        }
+        self.line("#pragma unroll");
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
+        self.depth += 1;
+        self.line(&format!("unsigned fa[{fm}][2], fb[{fn_}][2];"));
+        for (i, (name, count)) in [("fa", fm), ("fb", fn_)].into_iter().enumerate() {
+            let (fs, ks) = steps[i];
+            let at = format!("{name}0 + {name}i * {fs} + kk * {ks}");
+            self.line("#pragma unroll");
+            if ks == 1 {
+                // Four consecutive elements of one line: 8 bytes, aligned (pitches and the
+                // lane's first k are multiples of 4 elements).
+                self.line(&format!(
+                    "for (int {name}i = 0; {name}i < {count}; {name}i++) {{ const uint2 w = *(const uint2*)({at}); {name}[{name}i][0] = w.x; {name}[{name}i][1] = w.y; }}"
+                ));
+            } else {
+                self.line(&format!("for (int {name}i = 0; {name}i < {count}; {name}i++) {{"));
+                self.depth += 1;
+                self.line(&format!("const unsigned short* q = {at};"));
+                self.line(&format!("{name}[{name}i][0] = (unsigned)q[0] | ((unsigned)q[{ks}] << 16);"));
+                self.line(&format!("{name}[{name}i][1] = (unsigned)q[{}] | ((unsigned)q[{}] << 16);", 2 * ks, 3 * ks));
+                self.depth -= 1;
+                self.line("}");
+            }
+        }
+        self.line("#pragma unroll");
+        self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
+        self.depth += 1;
+        self.line("#pragma unroll");
+        self.line(&format!("for (int j = 0; j < {fn_}; j++) dt_mfma_16x16x16_{suffix}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
         self.depth -= 1;
         self.line("}");
         self.depth -= 1;
