@@ -293,6 +293,22 @@ impl Kernel {
     pub fn dim_slot(&self, d: DimId) -> usize {
         self.dims.iter().position(|(x, _)| *x == d).expect("dimension is a kernel argument")
     }
+    /// How many times each value is read (by operations, updates and stores), by value id.
+    pub fn use_counts(&self) -> Vec<usize> {
+        fn walk(stmts: &[Stmt], n: &mut [usize]) {
+            for s in stmts {
+                match s {
+                    Stmt::Let { op, .. } => op.operands().into_iter().for_each(|o| n[o.0 as usize] += 1),
+                    Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
+                    Stmt::Loop(l) => walk(&l.body, n),
+                    Stmt::Init { .. } => {}
+                }
+            }
+        }
+        let mut n = vec![0; self.values.len()];
+        walk(&self.body, &mut n);
+        n
+    }
     /// Largest number of elements of any tile: what a program holds at once per value.
     pub fn max_tile_elements(&self) -> usize {
         self.values.iter().map(|v| v.shape.elements()).chain(self.vars.iter().map(|s| s.elements())).max().unwrap_or(1)

@@ -347,8 +347,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc8[r] = (-INFINITY);
+                }
                 /* rmax attention.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     /* rdot accumulator */
                     float acc1[32];
                     #pragma unroll
@@ -356,27 +362,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o12 = 0; o12 < s5; o12 += 32) {
+                    for (long long o16 = 0; o16 < s5; o16 += 32) {
                         /* v0: loaded by the tensor-core dot that reads it */
                         /* v1: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l14 = (int)((unsigned)e / 256u % 1u);
-                                    const int l15 = (int)((unsigned)e / 256u % 1u);
-                                    const int l16 = (int)((unsigned)e / 4u % 64u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -384,21 +390,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                         /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 256u % 1u);
-                                    const int l21 = (int)((unsigned)e / 4u % 64u);
-                                    const int l22 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -451,49 +457,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     float v7[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l35 = 0;
-                        const int l36 = 0;
-                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
-                        (dt_smem + 0)[e] = v7[r];
+                        acc8[r] = fmaxf(acc8[r], v7[r]);
                     }
-                    __syncthreads();
-                    float v8[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l39 = (j / 64) % 1;
-                            const int l40 = (j / 64) % 1;
-                            const int l41 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v39[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v39[r] = acc8[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l47 = 0;
+                    const int l48 = 0;
+                    const int l49 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
+                    (dt_smem + 0)[e] = v39[r];
+                }
+                __syncthreads();
+                float v8[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l51 = (j / 64) % 1;
+                        const int l52 = (j / 64) % 1;
+                        const int l53 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v8[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v8[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v8[r]);
                     }
                 }
                 float v9[1];
@@ -513,8 +528,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc9[r] = 0e0f;
+                }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o54 = 0; o54 < s3; o54 += 64) {
+                for (long long o70 = 0; o70 < s3; o70 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll
@@ -522,27 +543,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o59 = 0; o59 < s5; o59 += 32) {
+                    for (long long o75 = 0; o75 < s5; o75 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l61 = (int)((unsigned)e / 256u % 1u);
-                                    const int l62 = (int)((unsigned)e / 256u % 1u);
-                                    const int l63 = (int)((unsigned)e / 4u % 64u);
-                                    const int l64 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
+                                    const int l77 = (int)((unsigned)e / 256u % 1u);
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 4u % 64u);
+                                    const int l80 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -550,21 +571,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                         /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l66 = (int)((unsigned)e / 256u % 1u);
-                                    const int l67 = (int)((unsigned)e / 256u % 1u);
-                                    const int l68 = (int)((unsigned)e / 4u % 64u);
-                                    const int l69 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
+                                    const int l82 = (int)((unsigned)e / 256u % 1u);
+                                    const int l83 = (int)((unsigned)e / 256u % 1u);
+                                    const int l84 = (int)((unsigned)e / 4u % 64u);
+                                    const int l85 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -621,10 +642,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     float v18[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l78 = 0;
-                        const int l79 = 0;
-                        const int l80 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v19[32];
                     #pragma unroll
@@ -634,49 +655,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     float v20[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l90 = 0;
-                        const int l91 = 0;
-                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
-                        (dt_smem + 0)[e] = v20[r];
+                        acc9[r] = acc9[r] + v20[r];
                     }
-                    __syncthreads();
-                    float v21[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l94 = (j / 64) % 1;
-                            const int l95 = (j / 64) % 1;
-                            const int l96 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v40[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v40[r] = acc9[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l114 = 0;
+                    const int l115 = 0;
+                    const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
+                    (dt_smem + 0)[e] = v40[r];
+                }
+                __syncthreads();
+                float v21[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l118 = (j / 64) % 1;
+                        const int l119 = (j / 64) % 1;
+                        const int l120 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v21[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v21[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v21[r];
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v21[r];
                     }
                 }
                 float v22[1];
@@ -688,7 +718,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
+                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -699,7 +729,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o111 = 0; o111 < s3; o111 += 64) {
+                    for (long long o135 = 0; o135 < s3; o135 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll
@@ -707,27 +737,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o116 = 0; o116 < s5; o116 += 32) {
+                        for (long long o140 = 0; o140 < s5; o140 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l118 = (int)((unsigned)e / 256u % 1u);
-                                        const int l119 = (int)((unsigned)e / 256u % 1u);
-                                        const int l120 = (int)((unsigned)e / 4u % 64u);
-                                        const int l121 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
+                                        const int l142 = (int)((unsigned)e / 256u % 1u);
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 4u % 64u);
+                                        const int l145 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -735,21 +765,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                             }
                             /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l123 = (int)((unsigned)e / 256u % 1u);
-                                        const int l124 = (int)((unsigned)e / 256u % 1u);
-                                        const int l125 = (int)((unsigned)e / 4u % 64u);
-                                        const int l126 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
+                                        const int l147 = (int)((unsigned)e / 256u % 1u);
+                                        const int l148 = (int)((unsigned)e / 256u % 1u);
+                                        const int l149 = (int)((unsigned)e / 4u % 64u);
+                                        const int l150 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -806,10 +836,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l135 = 0;
-                            const int l136 = 0;
-                            const int l137 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v32[32];
                         #pragma unroll
@@ -819,29 +849,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         float v33[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
+                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l147 = (int)((unsigned)e / 8192u % 1u);
-                                const int l148 = (int)((unsigned)e / 8192u % 1u);
-                                const int l149 = (int)((unsigned)e / 64u % 128u);
-                                const int l150 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o135 + l174) * args.input_strides[2][2] + (o130 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l151 = 0;
-                            const int l152 = 0;
-                            const int l153 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l154 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
                             (dt_smem + 0)[e] = v33[r];
                         }
                         __syncthreads();
@@ -854,13 +884,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l155 = (int)((unsigned)e / 8192u % 1u);
-                                const int l156 = (int)((unsigned)e / 8192u % 1u);
-                                const int l157 = (int)((unsigned)e / 128u % 64u);
-                                const int l158 = (int)((unsigned)e / 1u % 128u);
-                                float a159 = 0.0f;
-                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
-                                v35[r] = a159;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v35[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -888,31 +918,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l168 = (int)((unsigned)e / 8192u % 1u);
-                            const int l169 = (int)((unsigned)e / 8192u % 1u);
-                            const int l170 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l172 = (int)((unsigned)e / 8192u % 1u);
-                        const int l173 = (int)((unsigned)e / 8192u % 1u);
-                        const int l174 = (int)((unsigned)e / 128u % 64u);
-                        const int l175 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o130 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -970,8 +1000,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc8[r] = (-INFINITY);
+                }
                 /* rmax attention.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     /* rdot accumulator */
                     float acc1[32];
                     #pragma unroll
@@ -979,27 +1015,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         acc1[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o12 = 0; o12 < s5; o12 += 32) {
+                    for (long long o16 = 0; o16 < s5; o16 += 32) {
                         /* v0: loaded by the tensor-core dot that reads it */
                         /* v1: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec13 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l14 = (int)((unsigned)e / 256u % 1u);
-                                    const int l15 = (int)((unsigned)e / 256u % 1u);
-                                    const int l16 = (int)((unsigned)e / 4u % 64u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec13 && (unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8)], &in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8)) * args.input_strides[0][3]]);
+                                    const int l18 = (int)((unsigned)e / 256u % 1u);
+                                    const int l19 = (int)((unsigned)e / 256u % 1u);
+                                    const int l20 = (int)((unsigned)e / 4u % 64u);
+                                    const int l21 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1 && (unsigned)(o3 + l16) < (unsigned)s2 && (unsigned)(o12 + (l17 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l14) * args.input_strides[0][0] + (o2 + l15) * args.input_strides[0][1] + (o3 + l16) * args.input_strides[0][2] + (o12 + (l17 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1007,21 +1043,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                         /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 256u % 1u);
-                                    const int l21 = (int)((unsigned)e / 4u % 64u);
-                                    const int l22 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec18 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8)], &in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8)) * args.input_strides[1][3]]);
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 256u % 1u);
+                                    const int l25 = (int)((unsigned)e / 4u % 64u);
+                                    const int l26 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l21 * 40 + (l22 * 8 + q)] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o7 + l21) < (unsigned)s3 && (unsigned)(o12 + (l22 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l19) * args.input_strides[1][0] + (o2 + l20) * args.input_strides[1][1] + (o7 + l21) * args.input_strides[1][2] + (o12 + (l22 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1074,49 +1110,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     float v7[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l34 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v7[r] = ((unsigned)(o7 + l34) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v7[r] = ((unsigned)(o11 + l38) < (unsigned)s3) ? v6[r] : (-INFINITY);
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l35 = 0;
-                        const int l36 = 0;
-                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l35 * 4096 + l36 * 4096 + l37 * 64 + l38;
-                        (dt_smem + 0)[e] = v7[r];
+                        acc8[r] = fmaxf(acc8[r], v7[r]);
                     }
-                    __syncthreads();
-                    float v8[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l39 = (j / 64) % 1;
-                            const int l40 = (j / 64) % 1;
-                            const int l41 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l39 * 4096 + l40 * 4096 + l41 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v39[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v39[r] = acc8[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l47 = 0;
+                    const int l48 = 0;
+                    const int l49 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l50 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l47 * 4096 + l48 * 4096 + l49 * 64 + l50;
+                    (dt_smem + 0)[e] = v39[r];
+                }
+                __syncthreads();
+                float v8[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l51 = (j / 64) % 1;
+                        const int l52 = (j / 64) % 1;
+                        const int l53 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l51 * 4096 + l52 * 4096 + l53 * 64 + i * 1]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v8[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v8[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v8[r]);
                     }
                 }
                 float v9[1];
@@ -1136,8 +1181,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc9[r] = 0e0f;
+                }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o54 = 0; o54 < s3; o54 += 64) {
+                for (long long o70 = 0; o70 < s3; o70 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll
@@ -1145,27 +1196,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o59 = 0; o59 < s5; o59 += 32) {
+                    for (long long o75 = 0; o75 < s5; o75 += 32) {
                         /* v10: loaded by the tensor-core dot that reads it */
                         /* v11: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v10: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec60 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec76 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l61 = (int)((unsigned)e / 256u % 1u);
-                                    const int l62 = (int)((unsigned)e / 256u % 1u);
-                                    const int l63 = (int)((unsigned)e / 4u % 64u);
-                                    const int l64 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec60 && (unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8)], &in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8)) * args.input_strides[0][3]]);
+                                    const int l77 = (int)((unsigned)e / 256u % 1u);
+                                    const int l78 = (int)((unsigned)e / 256u % 1u);
+                                    const int l79 = (int)((unsigned)e / 4u % 64u);
+                                    const int l80 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l63 * 40 + (l64 * 8 + q)] = ((unsigned)(o1 + l61) < (unsigned)s0 && (unsigned)(o2 + l62) < (unsigned)s1 && (unsigned)(o3 + l63) < (unsigned)s2 && (unsigned)(o59 + (l64 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l61) * args.input_strides[0][0] + (o2 + l62) * args.input_strides[0][1] + (o3 + l63) * args.input_strides[0][2] + (o59 + (l64 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1173,21 +1224,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                         /* v11: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec65 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec81 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l66 = (int)((unsigned)e / 256u % 1u);
-                                    const int l67 = (int)((unsigned)e / 256u % 1u);
-                                    const int l68 = (int)((unsigned)e / 4u % 64u);
-                                    const int l69 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec65 && (unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8)], &in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8)) * args.input_strides[1][3]]);
+                                    const int l82 = (int)((unsigned)e / 256u % 1u);
+                                    const int l83 = (int)((unsigned)e / 256u % 1u);
+                                    const int l84 = (int)((unsigned)e / 4u % 64u);
+                                    const int l85 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l68 * 40 + (l69 * 8 + q)] = ((unsigned)(o1 + l66) < (unsigned)s0 && (unsigned)(o2 + l67) < (unsigned)s1 && (unsigned)(o54 + l68) < (unsigned)s3 && (unsigned)(o59 + (l69 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l66) * args.input_strides[1][0] + (o2 + l67) * args.input_strides[1][1] + (o54 + l68) * args.input_strides[1][2] + (o59 + (l69 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1244,10 +1295,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     float v18[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l78 = 0;
-                        const int l79 = 0;
-                        const int l80 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v18[r] = (v16[r] - (dt_smem + 0)[l78 * 64 + l79 * 64 + l80]);
+                        const int l94 = 0;
+                        const int l95 = 0;
+                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v18[r] = (v16[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
                     }
                     float v19[32];
                     #pragma unroll
@@ -1257,49 +1308,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     float v20[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l89 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v20[r] = ((unsigned)(o54 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v20[r] = ((unsigned)(o70 + l105) < (unsigned)s3) ? v19[r] : 0e0f;
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l90 = 0;
-                        const int l91 = 0;
-                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l90 * 4096 + l91 * 4096 + l92 * 64 + l93;
-                        (dt_smem + 0)[e] = v20[r];
+                        acc9[r] = acc9[r] + v20[r];
                     }
-                    __syncthreads();
-                    float v21[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l94 = (j / 64) % 1;
-                            const int l95 = (j / 64) % 1;
-                            const int l96 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l94 * 4096 + l95 * 4096 + l96 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v40[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v40[r] = acc9[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l114 = 0;
+                    const int l115 = 0;
+                    const int l116 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l117 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l114 * 4096 + l115 * 4096 + l116 * 64 + l117;
+                    (dt_smem + 0)[e] = v40[r];
+                }
+                __syncthreads();
+                float v21[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l118 = (j / 64) % 1;
+                        const int l119 = (j / 64) % 1;
+                        const int l120 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l118 * 4096 + l119 * 4096 + l120 * 64 + i * 1];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v21[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v21[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v21[r];
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v21[r];
                     }
                 }
                 float v22[1];
@@ -1311,7 +1371,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o106 = b4 * 128; o106 < dt_min_ll(b4 * 128 + 128, s4); o106 += 128) {
+                for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -1322,7 +1382,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o111 = 0; o111 < s3; o111 += 64) {
+                    for (long long o135 = 0; o135 < s3; o135 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll
@@ -1330,27 +1390,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o116 = 0; o116 < s5; o116 += 32) {
+                        for (long long o140 = 0; o140 < s5; o140 += 32) {
                             /* v23: loaded by the tensor-core dot that reads it */
                             /* v24: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v23: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec117 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec141 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l118 = (int)((unsigned)e / 256u % 1u);
-                                        const int l119 = (int)((unsigned)e / 256u % 1u);
-                                        const int l120 = (int)((unsigned)e / 4u % 64u);
-                                        const int l121 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec117 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8)], &in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8)) * args.input_strides[0][3]]);
+                                        const int l142 = (int)((unsigned)e / 256u % 1u);
+                                        const int l143 = (int)((unsigned)e / 256u % 1u);
+                                        const int l144 = (int)((unsigned)e / 4u % 64u);
+                                        const int l145 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l120 * 40 + (l121 * 8 + q)] = ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o2 + l119) < (unsigned)s1 && (unsigned)(o3 + l120) < (unsigned)s2 && (unsigned)(o116 + (l121 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l118) * args.input_strides[0][0] + (o2 + l119) * args.input_strides[0][1] + (o3 + l120) * args.input_strides[0][2] + (o116 + (l121 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1358,21 +1418,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                             }
                             /* v24: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec122 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec146 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l123 = (int)((unsigned)e / 256u % 1u);
-                                        const int l124 = (int)((unsigned)e / 256u % 1u);
-                                        const int l125 = (int)((unsigned)e / 4u % 64u);
-                                        const int l126 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec122 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8)], &in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8)) * args.input_strides[1][3]]);
+                                        const int l147 = (int)((unsigned)e / 256u % 1u);
+                                        const int l148 = (int)((unsigned)e / 256u % 1u);
+                                        const int l149 = (int)((unsigned)e / 4u % 64u);
+                                        const int l150 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l125 * 40 + (l126 * 8 + q)] = ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o2 + l124) < (unsigned)s1 && (unsigned)(o111 + l125) < (unsigned)s3 && (unsigned)(o116 + (l126 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l123) * args.input_strides[1][0] + (o2 + l124) * args.input_strides[1][1] + (o111 + l125) * args.input_strides[1][2] + (o116 + (l126 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1429,10 +1489,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l135 = 0;
-                            const int l136 = 0;
-                            const int l137 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v31[r] = (v29[r] - (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
+                            const int l159 = 0;
+                            const int l160 = 0;
+                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v31[r] = (v29[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
                         }
                         float v32[32];
                         #pragma unroll
@@ -1442,29 +1502,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         float v33[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l146 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v33[r] = ((unsigned)(o111 + l146) < (unsigned)s3) ? v32[r] : 0e0f;
+                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l147 = (int)((unsigned)e / 8192u % 1u);
-                                const int l148 = (int)((unsigned)e / 8192u % 1u);
-                                const int l149 = (int)((unsigned)e / 64u % 128u);
-                                const int l150 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o111 + l150) < (unsigned)s3 && (unsigned)(o106 + l149) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l147) * args.input_strides[2][0] + (o2 + l148) * args.input_strides[2][1] + (o111 + l150) * args.input_strides[2][2] + (o106 + l149) * args.input_strides[2][3]]) : 0e0f;
+                                const int l171 = (int)((unsigned)e / 8192u % 1u);
+                                const int l172 = (int)((unsigned)e / 8192u % 1u);
+                                const int l173 = (int)((unsigned)e / 64u % 128u);
+                                const int l174 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o135 + l174) * args.input_strides[2][2] + (o130 + l173) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l151 = 0;
-                            const int l152 = 0;
-                            const int l153 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l154 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l151 * 4096 + l152 * 4096 + l153 * 64 + l154;
+                            const int l175 = 0;
+                            const int l176 = 0;
+                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
                             (dt_smem + 0)[e] = v33[r];
                         }
                         __syncthreads();
@@ -1477,13 +1537,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l155 = (int)((unsigned)e / 8192u % 1u);
-                                const int l156 = (int)((unsigned)e / 8192u % 1u);
-                                const int l157 = (int)((unsigned)e / 128u % 64u);
-                                const int l158 = (int)((unsigned)e / 1u % 128u);
-                                float a159 = 0.0f;
-                                for (int q = 0; q < 64; q++) a159 = fmaf((dt_smem + 0)[l155 * 4096 + l156 * 4096 + l157 * 64 + q * 1], (dt_smem + 4096)[l155 * 8192 + l156 * 8192 + l158 * 64 + q * 1], a159);
-                                v35[r] = a159;
+                                const int l179 = (int)((unsigned)e / 8192u % 1u);
+                                const int l180 = (int)((unsigned)e / 8192u % 1u);
+                                const int l181 = (int)((unsigned)e / 128u % 64u);
+                                const int l182 = (int)((unsigned)e / 1u % 128u);
+                                float a183 = 0.0f;
+                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
+                                v35[r] = a183;
                             }
                         }
                         #pragma unroll 1
@@ -1511,31 +1571,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l168 = (int)((unsigned)e / 8192u % 1u);
-                            const int l169 = (int)((unsigned)e / 8192u % 1u);
-                            const int l170 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l168 * 64 + l169 * 64 + l170]);
+                            const int l192 = (int)((unsigned)e / 8192u % 1u);
+                            const int l193 = (int)((unsigned)e / 8192u % 1u);
+                            const int l194 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = dt_fast_div(v36[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l172 = (int)((unsigned)e / 8192u % 1u);
-                        const int l173 = (int)((unsigned)e / 8192u % 1u);
-                        const int l174 = (int)((unsigned)e / 128u % 64u);
-                        const int l175 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l172) * args.output_strides[0] + (o2 + l173) * args.output_strides[1] + (o3 + l174) * args.output_strides[2] + (o106 + l175) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l196 = (int)((unsigned)e / 8192u % 1u);
+                        const int l197 = (int)((unsigned)e / 8192u % 1u);
+                        const int l198 = (int)((unsigned)e / 128u % 64u);
+                        const int l199 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o130 + l199) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + l175) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o3 + l174) < (unsigned)s2 && (unsigned)(o106 + (l175 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1593,8 +1653,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc8[r] = (-INFINITY);
+                    }
+                }
                 /* rmax attention.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     /* rdot accumulator */
                     float acc1[32];
                     #pragma unroll 1
@@ -1605,49 +1674,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o12 = 0; o12 < s5; o12 += 32) {
+                    for (long long o16 = 0; o16 < s5; o16 += 32) {
                         float v0[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l15 = (int)((unsigned)e / 2048u % 1u);
-                            const int l16 = (int)((unsigned)e / 2048u % 1u);
-                            const int l17 = (int)((unsigned)e / 32u % 64u);
-                            const int l18 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l15) * args.input_strides[0][0] + (o2 + l16) * args.input_strides[0][1] + (o3 + l17) * args.input_strides[0][2] + (o12 + l18) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l19 = (int)((unsigned)e / 2048u % 1u);
+                            const int l20 = (int)((unsigned)e / 2048u % 1u);
+                            const int l21 = (int)((unsigned)e / 32u % 64u);
+                            const int l22 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + l18) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1 && (unsigned)(o3 + l17) < (unsigned)s2 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l21 = (int)((unsigned)e / 2048u % 1u);
-                            const int l22 = (int)((unsigned)e / 2048u % 1u);
-                            const int l23 = (int)((unsigned)e / 32u % 64u);
-                            const int l24 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l21) * args.input_strides[1][0] + (o2 + l22) * args.input_strides[1][1] + (o7 + l23) * args.input_strides[1][2] + (o12 + l24) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o11 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o7 + l23) < (unsigned)s3 && (unsigned)(o12 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1663,13 +1732,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                float a29 = 0.0f;
-                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
-                                v2[r] = a29;
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
+                                float a33 = 0.0f;
+                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                v2[r] = a33;
                             }
                         }
                         #pragma unroll 1
@@ -1713,43 +1782,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l45 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o7 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            const int l49 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = ((unsigned)(o11 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
-                    __syncthreads();
-                    float v8[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l46 = (j / 64) % 1;
-                            const int l47 = (j / 64) % 1;
-                            const int l48 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l46 * 4096 + l47 * 4096 + l48 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v8[r] = (dt_smem + 4096)[e];
+                    for (int r = 0; r < 32; r++) {
+                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                        (void)e; {
+                            acc8[r] = fmaxf(acc8[r], v7[r]);
                         }
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
-                        }
+                }
+                float v39[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        v39[r] = acc8[r];
+                    }
+                }
+                __syncthreads();
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v39[r]; }
+                __syncthreads();
+                float v8[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l58 = (j / 64) % 1;
+                        const int l59 = (j / 64) % 1;
+                        const int l60 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                    }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v8[r] = (dt_smem + 4096)[e];
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v8[r]);
                     }
                 }
                 float v9[1];
@@ -1769,8 +1853,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc9[r] = 0e0f;
+                    }
+                }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o61 = 0; o61 < s3; o61 += 64) {
+                for (long long o77 = 0; o77 < s3; o77 += 64) {
                     /* rdot accumulator */
                     float acc4[32];
                     #pragma unroll 1
@@ -1781,49 +1874,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o66 = 0; o66 < s5; o66 += 32) {
+                    for (long long o82 = 0; o82 < s5; o82 += 32) {
                         float v10[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l69 = (int)((unsigned)e / 2048u % 1u);
-                            const int l70 = (int)((unsigned)e / 2048u % 1u);
-                            const int l71 = (int)((unsigned)e / 32u % 64u);
-                            const int l72 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l69) * args.input_strides[0][0] + (o2 + l70) * args.input_strides[0][1] + (o3 + l71) * args.input_strides[0][2] + (o66 + l72) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l85 = (int)((unsigned)e / 2048u % 1u);
+                            const int l86 = (int)((unsigned)e / 2048u % 1u);
+                            const int l87 = (int)((unsigned)e / 32u % 64u);
+                            const int l88 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l85) * args.input_strides[0][0] + (o2 + l86) * args.input_strides[0][1] + (o3 + l87) * args.input_strides[0][2] + (o82 + l88) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + l72) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 1] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 2] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 3] = ((unsigned)(o1 + l69) < (unsigned)s0 && (unsigned)(o2 + l70) < (unsigned)s1 && (unsigned)(o3 + l71) < (unsigned)s2 && (unsigned)(o66 + (l72 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + l88) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l75 = (int)((unsigned)e / 2048u % 1u);
-                            const int l76 = (int)((unsigned)e / 2048u % 1u);
-                            const int l77 = (int)((unsigned)e / 32u % 64u);
-                            const int l78 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l75) * args.input_strides[1][0] + (o2 + l76) * args.input_strides[1][1] + (o61 + l77) * args.input_strides[1][2] + (o66 + l78) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l91 = (int)((unsigned)e / 2048u % 1u);
+                            const int l92 = (int)((unsigned)e / 2048u % 1u);
+                            const int l93 = (int)((unsigned)e / 32u % 64u);
+                            const int l94 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o77 + l93) * args.input_strides[1][2] + (o82 + l94) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + l78) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 1] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 2] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 3] = ((unsigned)(o1 + l75) < (unsigned)s0 && (unsigned)(o2 + l76) < (unsigned)s1 && (unsigned)(o61 + l77) < (unsigned)s3 && (unsigned)(o66 + (l78 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + l94) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1839,13 +1932,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l79 = (int)((unsigned)e / 4096u % 1u);
-                                const int l80 = (int)((unsigned)e / 4096u % 1u);
-                                const int l81 = (int)((unsigned)e / 64u % 64u);
-                                const int l82 = (int)((unsigned)e / 1u % 64u);
-                                float a83 = 0.0f;
-                                for (int q = 0; q < 32; q++) a83 = fmaf((dt_smem + 0)[l79 * 2048 + l80 * 2048 + l81 * 32 + q * 1], (dt_smem + 4096)[l79 * 2048 + l80 * 2048 + l82 * 32 + q * 1], a83);
-                                v12[r] = a83;
+                                const int l95 = (int)((unsigned)e / 4096u % 1u);
+                                const int l96 = (int)((unsigned)e / 4096u % 1u);
+                                const int l97 = (int)((unsigned)e / 64u % 64u);
+                                const int l98 = (int)((unsigned)e / 1u % 64u);
+                                float a99 = 0.0f;
+                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
+                                v12[r] = a99;
                             }
                         }
                         #pragma unroll 1
@@ -1893,10 +1986,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l96 = (int)((unsigned)e / 4096u % 1u);
-                            const int l97 = (int)((unsigned)e / 4096u % 1u);
-                            const int l98 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l96 * 64 + l97 * 64 + l98]);
+                            const int l112 = (int)((unsigned)e / 4096u % 1u);
+                            const int l113 = (int)((unsigned)e / 4096u % 1u);
+                            const int l114 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
                         }
                     }
                     float v19[32];
@@ -1912,43 +2005,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l107 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o61 + l107) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l123 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = ((unsigned)(o77 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
-                    __syncthreads();
                     #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                    __syncthreads();
-                    float v21[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l108 = (j / 64) % 1;
-                            const int l109 = (j / 64) % 1;
-                            const int l110 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l108 * 4096 + l109 * 4096 + l110 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v21[r] = (dt_smem + 4096)[e];
+                    for (int r = 0; r < 32; r++) {
+                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                        (void)e; {
+                            acc9[r] = acc9[r] + v20[r];
                         }
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v21[r];
-                        }
+                }
+                float v40[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        v40[r] = acc9[r];
+                    }
+                }
+                __syncthreads();
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v40[r]; }
+                __syncthreads();
+                float v21[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l132 = (j / 64) % 1;
+                        const int l133 = (j / 64) % 1;
+                        const int l134 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l132 * 4096 + l133 * 4096 + l134 * 64 + i * 1];
+                    }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v21[r] = (dt_smem + 4096)[e];
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v21[r];
                     }
                 }
                 float v22[1];
@@ -1960,7 +2068,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o120 = b4 * 128; o120 < dt_min_ll(b4 * 128 + 128, s4); o120 += 128) {
+                for (long long o144 = b4 * 128; o144 < dt_min_ll(b4 * 128 + 128, s4); o144 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -1971,7 +2079,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o125 = 0; o125 < s3; o125 += 64) {
+                    for (long long o149 = 0; o149 < s3; o149 += 64) {
                         /* rdot accumulator */
                         float acc7[32];
                         #pragma unroll 1
@@ -1982,49 +2090,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o130 = 0; o130 < s5; o130 += 32) {
+                        for (long long o154 = 0; o154 < s5; o154 += 32) {
                             float v23[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l133 = (int)((unsigned)e / 2048u % 1u);
-                                const int l134 = (int)((unsigned)e / 2048u % 1u);
-                                const int l135 = (int)((unsigned)e / 32u % 64u);
-                                const int l136 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l133) * args.input_strides[0][0] + (o2 + l134) * args.input_strides[0][1] + (o3 + l135) * args.input_strides[0][2] + (o130 + l136) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l157 = (int)((unsigned)e / 2048u % 1u);
+                                const int l158 = (int)((unsigned)e / 2048u % 1u);
+                                const int l159 = (int)((unsigned)e / 32u % 64u);
+                                const int l160 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l157) * args.input_strides[0][0] + (o2 + l158) * args.input_strides[0][1] + (o3 + l159) * args.input_strides[0][2] + (o154 + l160) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + l136) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 1] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 2] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 3] = ((unsigned)(o1 + l133) < (unsigned)s0 && (unsigned)(o2 + l134) < (unsigned)s1 && (unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o130 + (l136 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + l160) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l139 = (int)((unsigned)e / 2048u % 1u);
-                                const int l140 = (int)((unsigned)e / 2048u % 1u);
-                                const int l141 = (int)((unsigned)e / 32u % 64u);
-                                const int l142 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l139) * args.input_strides[1][0] + (o2 + l140) * args.input_strides[1][1] + (o125 + l141) * args.input_strides[1][2] + (o130 + l142) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l163 = (int)((unsigned)e / 2048u % 1u);
+                                const int l164 = (int)((unsigned)e / 2048u % 1u);
+                                const int l165 = (int)((unsigned)e / 32u % 64u);
+                                const int l166 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o149 + l165) * args.input_strides[1][2] + (o154 + l166) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + l142) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 1] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 2] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 3] = ((unsigned)(o1 + l139) < (unsigned)s0 && (unsigned)(o2 + l140) < (unsigned)s1 && (unsigned)(o125 + l141) < (unsigned)s3 && (unsigned)(o130 + (l142 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + l166) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -2040,13 +2148,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l143 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l144 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l145 = (int)((unsigned)e / 64u % 64u);
-                                    const int l146 = (int)((unsigned)e / 1u % 64u);
-                                    float a147 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a147 = fmaf((dt_smem + 0)[l143 * 2048 + l144 * 2048 + l145 * 32 + q * 1], (dt_smem + 4096)[l143 * 2048 + l144 * 2048 + l146 * 32 + q * 1], a147);
-                                    v25[r] = a147;
+                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l169 = (int)((unsigned)e / 64u % 64u);
+                                    const int l170 = (int)((unsigned)e / 1u % 64u);
+                                    float a171 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
+                                    v25[r] = a171;
                                 }
                             }
                             #pragma unroll 1
@@ -2094,10 +2202,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l160 = (int)((unsigned)e / 4096u % 1u);
-                                const int l161 = (int)((unsigned)e / 4096u % 1u);
-                                const int l162 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l160 * 64 + l161 * 64 + l162]);
+                                const int l184 = (int)((unsigned)e / 4096u % 1u);
+                                const int l185 = (int)((unsigned)e / 4096u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
                             }
                         }
                         float v32[32];
@@ -2113,8 +2221,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l171 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o125 + l171) < (unsigned)s3) ? v32[r] : 0e0f;
+                                const int l195 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = ((unsigned)(o149 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[64];
@@ -2122,11 +2230,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 8192u % 1u);
-                                const int l174 = (int)((unsigned)e / 64u % 128u);
-                                const int l175 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l172) < (unsigned)s0 && (unsigned)(o2 + l173) < (unsigned)s1 && (unsigned)(o125 + l175) < (unsigned)s3 && (unsigned)(o120 + l174) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l172) * args.input_strides[2][0] + (o2 + l173) * args.input_strides[2][1] + (o125 + l175) * args.input_strides[2][2] + (o120 + l174) * args.input_strides[2][3]]) : 0e0f;
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 8192u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 128u);
+                                const int l199 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o149 + l199) < (unsigned)s3 && (unsigned)(o144 + l198) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o149 + l199) * args.input_strides[2][2] + (o144 + l198) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2142,13 +2250,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l176 = (int)((unsigned)e / 8192u % 1u);
-                                const int l177 = (int)((unsigned)e / 8192u % 1u);
-                                const int l178 = (int)((unsigned)e / 128u % 64u);
-                                const int l179 = (int)((unsigned)e / 1u % 128u);
-                                float a180 = 0.0f;
-                                for (int q = 0; q < 64; q++) a180 = fmaf((dt_smem + 0)[l176 * 4096 + l177 * 4096 + l178 * 64 + q * 1], (dt_smem + 4096)[l176 * 8192 + l177 * 8192 + l179 * 64 + q * 1], a180);
-                                v35[r] = a180;
+                                const int l200 = (int)((unsigned)e / 8192u % 1u);
+                                const int l201 = (int)((unsigned)e / 8192u % 1u);
+                                const int l202 = (int)((unsigned)e / 128u % 64u);
+                                const int l203 = (int)((unsigned)e / 1u % 128u);
+                                float a204 = 0.0f;
+                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
+                                v35[r] = a204;
                             }
                         }
                         #pragma unroll 1
@@ -2176,27 +2284,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(const dt_args
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l189 = (int)((unsigned)e / 8192u % 1u);
-                            const int l190 = (int)((unsigned)e / 8192u % 1u);
-                            const int l191 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l189 * 64 + l190 * 64 + l191]);
+                            const int l213 = (int)((unsigned)e / 8192u % 1u);
+                            const int l214 = (int)((unsigned)e / 8192u % 1u);
+                            const int l215 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l193 = (int)((unsigned)e / 8192u % 1u);
-                        const int l194 = (int)((unsigned)e / 8192u % 1u);
-                        const int l195 = (int)((unsigned)e / 128u % 64u);
-                        const int l196 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l193) * args.output_strides[0] + (o2 + l194) * args.output_strides[1] + (o3 + l195) * args.output_strides[2] + (o120 + l196) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l217 = (int)((unsigned)e / 8192u % 1u);
+                        const int l218 = (int)((unsigned)e / 8192u % 1u);
+                        const int l219 = (int)((unsigned)e / 128u % 64u);
+                        const int l220 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o144 + l220) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + l196) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o1 + l193) < (unsigned)s0 && (unsigned)(o2 + l194) < (unsigned)s1 && (unsigned)(o3 + l195) < (unsigned)s2 && (unsigned)(o120 + (l196 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2254,15 +2362,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc8[r] = (-INFINITY);
+                }
                 /* rmax attention_causal.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     float v0[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o7 + l8);
+                            const int l12 = (int)((unsigned)e / 1u % 64u);
+                            v0[r] = (float)(o11 + l12);
                         }
                     }
                     float v1[1];
@@ -2270,8 +2384,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l9);
+                            const int l13 = (int)((unsigned)e / 1u % 64u);
+                            v1[r] = (float)(o3 + l13);
                         }
                     }
                     __syncthreads();
@@ -2287,9 +2401,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (int)((unsigned)e / 64u % 64u);
-                            const int l11 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
+                            const int l14 = (int)((unsigned)e / 64u % 64u);
+                            const int l15 = (int)((unsigned)e / 1u % 64u);
+                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -2299,27 +2413,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
+                    for (long long o20 = 0; o20 < s5; o20 += 32) {
                         /* v3: loaded by the tensor-core dot that reads it */
                         /* v4: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    const int l22 = (int)((unsigned)e / 256u % 1u);
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 4u % 64u);
+                                    const int l25 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2327,21 +2441,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                         /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    const int l27 = (int)((unsigned)e / 256u % 1u);
+                                    const int l28 = (int)((unsigned)e / 256u % 1u);
+                                    const int l29 = (int)((unsigned)e / 4u % 64u);
+                                    const int l30 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2410,56 +2524,65 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     float v12[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
+                        const int l41 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l43 = 0;
-                        const int l44 = 0;
-                        const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
-                        (dt_smem + 0)[e] = v13[r];
+                        acc8[r] = fmaxf(acc8[r], v13[r]);
                     }
-                    __syncthreads();
-                    float v14[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l47 = (j / 64) % 1;
-                            const int l48 = (j / 64) % 1;
-                            const int l49 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v57[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v57[r] = acc8[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l55 = 0;
+                    const int l56 = 0;
+                    const int l57 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l58 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
+                    (dt_smem + 0)[e] = v57[r];
+                }
+                __syncthreads();
+                float v14[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l59 = (j / 64) % 1;
+                        const int l60 = (j / 64) % 1;
+                        const int l61 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v14[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v14[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v14[r]);
                     }
                 }
                 float v15[1];
@@ -2479,15 +2602,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc9[r] = 0e0f;
+                }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o62 = 0; o62 < s3; o62 += 64) {
+                for (long long o78 = 0; o78 < s3; o78 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l63 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o62 + l63);
+                            const int l79 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o78 + l79);
                         }
                     }
                     float v17[1];
@@ -2495,8 +2624,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l64 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l64);
+                            const int l80 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l80);
                         }
                     }
                     __syncthreads();
@@ -2512,9 +2641,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l65 = (int)((unsigned)e / 64u % 64u);
-                            const int l66 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
+                            const int l81 = (int)((unsigned)e / 64u % 64u);
+                            const int l82 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -2524,27 +2653,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o71 = 0; o71 < s5; o71 += 32) {
+                    for (long long o87 = 0; o87 < s5; o87 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l73 = (int)((unsigned)e / 256u % 1u);
-                                    const int l74 = (int)((unsigned)e / 256u % 1u);
-                                    const int l75 = (int)((unsigned)e / 4u % 64u);
-                                    const int l76 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
+                                    const int l89 = (int)((unsigned)e / 256u % 1u);
+                                    const int l90 = (int)((unsigned)e / 256u % 1u);
+                                    const int l91 = (int)((unsigned)e / 4u % 64u);
+                                    const int l92 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2552,21 +2681,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                         /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 256u % 1u);
-                                    const int l80 = (int)((unsigned)e / 4u % 64u);
-                                    const int l81 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
+                                    const int l94 = (int)((unsigned)e / 256u % 1u);
+                                    const int l95 = (int)((unsigned)e / 256u % 1u);
+                                    const int l96 = (int)((unsigned)e / 4u % 64u);
+                                    const int l97 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2635,9 +2764,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
+                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -2646,10 +2775,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     float v30[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                        const int l110 = 0;
+                        const int l111 = 0;
+                        const int l112 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
                     }
                     float v31[32];
                     #pragma unroll
@@ -2659,49 +2788,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     float v32[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                        const int l121 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l106 = 0;
-                        const int l107 = 0;
-                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
-                        (dt_smem + 0)[e] = v32[r];
+                        acc9[r] = acc9[r] + v32[r];
                     }
-                    __syncthreads();
-                    float v33[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 64) % 1;
-                            const int l112 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v58[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v58[r] = acc9[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l130 = 0;
+                    const int l131 = 0;
+                    const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l133 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
+                    (dt_smem + 0)[e] = v58[r];
+                }
+                __syncthreads();
+                float v33[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l134 = (j / 64) % 1;
+                        const int l135 = (j / 64) % 1;
+                        const int l136 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v33[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v33[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v33[r];
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v33[r];
                     }
                 }
                 float v34[1];
@@ -2713,7 +2851,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
+                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -2724,14 +2862,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o127 = 0; o127 < s3; o127 += 64) {
+                    for (long long o151 = 0; o151 < s3; o151 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o127 + l128);
+                                const int l152 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o151 + l152);
                             }
                         }
                         float v36[1];
@@ -2739,8 +2877,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l129 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l129);
+                                const int l153 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l153);
                             }
                         }
                         __syncthreads();
@@ -2756,9 +2894,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l130 = (int)((unsigned)e / 64u % 64u);
-                                const int l131 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
+                                const int l154 = (int)((unsigned)e / 64u % 64u);
+                                const int l155 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -2768,27 +2906,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o136 = 0; o136 < s5; o136 += 32) {
+                        for (long long o160 = 0; o160 < s5; o160 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l138 = (int)((unsigned)e / 256u % 1u);
-                                        const int l139 = (int)((unsigned)e / 256u % 1u);
-                                        const int l140 = (int)((unsigned)e / 4u % 64u);
-                                        const int l141 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
+                                        const int l162 = (int)((unsigned)e / 256u % 1u);
+                                        const int l163 = (int)((unsigned)e / 256u % 1u);
+                                        const int l164 = (int)((unsigned)e / 4u % 64u);
+                                        const int l165 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2796,21 +2934,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                             }
                             /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 256u % 1u);
-                                        const int l145 = (int)((unsigned)e / 4u % 64u);
-                                        const int l146 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
+                                        const int l167 = (int)((unsigned)e / 256u % 1u);
+                                        const int l168 = (int)((unsigned)e / 256u % 1u);
+                                        const int l169 = (int)((unsigned)e / 4u % 64u);
+                                        const int l170 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2879,9 +3017,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
+                            const int l181 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l182 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -2890,10 +3028,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
+                            const int l183 = 0;
+                            const int l184 = 0;
+                            const int l185 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
                         }
                         float v50[32];
                         #pragma unroll
@@ -2903,29 +3041,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
+                            const int l194 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
+                                const int l195 = (int)((unsigned)e / 8192u % 1u);
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 64u % 128u);
+                                const int l198 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l195) * args.input_strides[2][0] + (o2 + l196) * args.input_strides[2][1] + (o151 + l198) * args.input_strides[2][2] + (o146 + l197) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
+                            const int l199 = 0;
+                            const int l200 = 0;
+                            const int l201 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l202 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
                             (dt_smem + 0)[e] = v51[r];
                         }
                         __syncthreads();
@@ -2938,13 +3076,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v53[r] = a183;
+                                const int l203 = (int)((unsigned)e / 8192u % 1u);
+                                const int l204 = (int)((unsigned)e / 8192u % 1u);
+                                const int l205 = (int)((unsigned)e / 128u % 64u);
+                                const int l206 = (int)((unsigned)e / 1u % 128u);
+                                float a207 = 0.0f;
+                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
+                                v53[r] = a207;
                             }
                         }
                         #pragma unroll 1
@@ -2972,31 +3110,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
+                            const int l216 = (int)((unsigned)e / 8192u % 1u);
+                            const int l217 = (int)((unsigned)e / 8192u % 1u);
+                            const int l218 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l220 = (int)((unsigned)e / 8192u % 1u);
+                        const int l221 = (int)((unsigned)e / 8192u % 1u);
+                        const int l222 = (int)((unsigned)e / 128u % 64u);
+                        const int l223 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l220) * args.output_strides[0] + (o2 + l221) * args.output_strides[1] + (o3 + l222) * args.output_strides[2] + (o146 + l223) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3054,15 +3192,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc8[r] = (-INFINITY);
+                }
                 /* rmax attention_causal.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     float v0[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o7 + l8);
+                            const int l12 = (int)((unsigned)e / 1u % 64u);
+                            v0[r] = (float)(o11 + l12);
                         }
                     }
                     float v1[1];
@@ -3070,8 +3214,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l9);
+                            const int l13 = (int)((unsigned)e / 1u % 64u);
+                            v1[r] = (float)(o3 + l13);
                         }
                     }
                     __syncthreads();
@@ -3087,9 +3231,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l10 = (int)((unsigned)e / 64u % 64u);
-                            const int l11 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
+                            const int l14 = (int)((unsigned)e / 64u % 64u);
+                            const int l15 = (int)((unsigned)e / 1u % 64u);
+                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3099,27 +3243,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         acc1[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
+                    for (long long o20 = 0; o20 < s5; o20 += 32) {
                         /* v3: loaded by the tensor-core dot that reads it */
                         /* v4: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec17 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l18 = (int)((unsigned)e / 256u % 1u);
-                                    const int l19 = (int)((unsigned)e / 256u % 1u);
-                                    const int l20 = (int)((unsigned)e / 4u % 64u);
-                                    const int l21 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                    const int l22 = (int)((unsigned)e / 256u % 1u);
+                                    const int l23 = (int)((unsigned)e / 256u % 1u);
+                                    const int l24 = (int)((unsigned)e / 4u % 64u);
+                                    const int l25 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3127,21 +3271,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                         /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec22 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 256u % 1u);
-                                    const int l24 = (int)((unsigned)e / 256u % 1u);
-                                    const int l25 = (int)((unsigned)e / 4u % 64u);
-                                    const int l26 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                    const int l27 = (int)((unsigned)e / 256u % 1u);
+                                    const int l28 = (int)((unsigned)e / 256u % 1u);
+                                    const int l29 = (int)((unsigned)e / 4u % 64u);
+                                    const int l30 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o7 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o7 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3210,56 +3354,65 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     float v12[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l37 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l38 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v12[r] = (dt_smem + 0)[l37 * 64 + l38] != 0.0f ? v9[r] : v11[0];
+                        const int l41 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v12[r] = (dt_smem + 0)[l41 * 64 + l42] != 0.0f ? v9[r] : v11[0];
                     }
                     float v13[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l42 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v13[r] = ((unsigned)(o7 + l42) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v13[r] = ((unsigned)(o11 + l46) < (unsigned)s3) ? v12[r] : (-INFINITY);
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l43 = 0;
-                        const int l44 = 0;
-                        const int l45 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l46 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l43 * 4096 + l44 * 4096 + l45 * 64 + l46;
-                        (dt_smem + 0)[e] = v13[r];
+                        acc8[r] = fmaxf(acc8[r], v13[r]);
                     }
-                    __syncthreads();
-                    float v14[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l47 = (j / 64) % 1;
-                            const int l48 = (j / 64) % 1;
-                            const int l49 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l47 * 4096 + l48 * 4096 + l49 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v57[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v57[r] = acc8[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l55 = 0;
+                    const int l56 = 0;
+                    const int l57 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l58 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l55 * 4096 + l56 * 4096 + l57 * 64 + l58;
+                    (dt_smem + 0)[e] = v57[r];
+                }
+                __syncthreads();
+                float v14[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l59 = (j / 64) % 1;
+                        const int l60 = (j / 64) % 1;
+                        const int l61 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l59 * 4096 + l60 * 4096 + l61 * 64 + i * 1]);
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v14[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v14[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v14[r]);
                     }
                 }
                 float v15[1];
@@ -3279,15 +3432,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    acc9[r] = 0e0f;
+                }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o62 = 0; o62 < s3; o62 += 64) {
+                for (long long o78 = 0; o78 < s3; o78 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l63 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o62 + l63);
+                            const int l79 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o78 + l79);
                         }
                     }
                     float v17[1];
@@ -3295,8 +3454,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l64 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l64);
+                            const int l80 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l80);
                         }
                     }
                     __syncthreads();
@@ -3312,9 +3471,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l65 = (int)((unsigned)e / 64u % 64u);
-                            const int l66 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l66]) <= ((dt_smem + 4096)[l65]) ? 1.0f : 0.0f);
+                            const int l81 = (int)((unsigned)e / 64u % 64u);
+                            const int l82 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l82]) <= ((dt_smem + 4096)[l81]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3324,27 +3483,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         acc4[r] = 0e0f;
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o71 = 0; o71 < s5; o71 += 32) {
+                    for (long long o87 = 0; o87 < s5; o87 += 32) {
                         /* v19: loaded by the tensor-core dot that reads it */
                         /* v20: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         /* v19: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec72 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                            const bool vec88 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l73 = (int)((unsigned)e / 256u % 1u);
-                                    const int l74 = (int)((unsigned)e / 256u % 1u);
-                                    const int l75 = (int)((unsigned)e / 4u % 64u);
-                                    const int l76 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec72 && (unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8)], &in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8)) * args.input_strides[0][3]]);
+                                    const int l89 = (int)((unsigned)e / 256u % 1u);
+                                    const int l90 = (int)((unsigned)e / 256u % 1u);
+                                    const int l91 = (int)((unsigned)e / 4u % 64u);
+                                    const int l92 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8)) * args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l75 * 40 + (l76 * 8 + q)] = ((unsigned)(o1 + l73) < (unsigned)s0 && (unsigned)(o2 + l74) < (unsigned)s1 && (unsigned)(o3 + l75) < (unsigned)s2 && (unsigned)(o71 + (l76 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l73) * args.input_strides[0][0] + (o2 + l74) * args.input_strides[0][1] + (o3 + l75) * args.input_strides[0][2] + (o71 + (l76 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3352,21 +3511,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                         /* v20: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec77 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                            const bool vec93 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l78 = (int)((unsigned)e / 256u % 1u);
-                                    const int l79 = (int)((unsigned)e / 256u % 1u);
-                                    const int l80 = (int)((unsigned)e / 4u % 64u);
-                                    const int l81 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec77 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8)], &in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8)) * args.input_strides[1][3]]);
+                                    const int l94 = (int)((unsigned)e / 256u % 1u);
+                                    const int l95 = (int)((unsigned)e / 256u % 1u);
+                                    const int l96 = (int)((unsigned)e / 4u % 64u);
+                                    const int l97 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8)) * args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l80 * 40 + (l81 * 8 + q)] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o2 + l79) < (unsigned)s1 && (unsigned)(o62 + l80) < (unsigned)s3 && (unsigned)(o71 + (l81 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l78) * args.input_strides[1][0] + (o2 + l79) * args.input_strides[1][1] + (o62 + l80) * args.input_strides[1][2] + (o71 + (l81 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3435,9 +3594,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     float v28[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l92 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l93 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v28[r] = (dt_smem + 0)[l92 * 64 + l93] != 0.0f ? v25[r] : v27[0];
+                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v28[r] = (dt_smem + 0)[l108 * 64 + l109] != 0.0f ? v25[r] : v27[0];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -3446,10 +3605,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     float v30[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l94 = 0;
-                        const int l95 = 0;
-                        const int l96 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        v30[r] = (v28[r] - (dt_smem + 0)[l94 * 64 + l95 * 64 + l96]);
+                        const int l110 = 0;
+                        const int l111 = 0;
+                        const int l112 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        v30[r] = (v28[r] - (dt_smem + 0)[l110 * 64 + l111 * 64 + l112]);
                     }
                     float v31[32];
                     #pragma unroll
@@ -3459,49 +3618,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     float v32[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l105 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        v32[r] = ((unsigned)(o62 + l105) < (unsigned)s3) ? v31[r] : 0e0f;
+                        const int l121 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                        v32[r] = ((unsigned)(o78 + l121) < (unsigned)s3) ? v31[r] : 0e0f;
                     }
-                    __syncthreads();
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l106 = 0;
-                        const int l107 = 0;
-                        const int l108 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l109 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l106 * 4096 + l107 * 4096 + l108 * 64 + l109;
-                        (dt_smem + 0)[e] = v32[r];
+                        acc9[r] = acc9[r] + v32[r];
                     }
-                    __syncthreads();
-                    float v33[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l110 = (j / 64) % 1;
-                            const int l111 = (j / 64) % 1;
-                            const int l112 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l110 * 4096 + l111 * 4096 + l112 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                float v58[32];
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    v58[r] = acc9[r];
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 32; r++) {
+                    const int l130 = 0;
+                    const int l131 = 0;
+                    const int l132 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                    const int l133 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                    const int e = l130 * 4096 + l131 * 4096 + l132 * 64 + l133;
+                    (dt_smem + 0)[e] = v58[r];
+                }
+                __syncthreads();
+                float v33[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l134 = (j / 64) % 1;
+                        const int l135 = (j / 64) % 1;
+                        const int l136 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l134 * 4096 + l135 * 4096 + l136 * 64 + i * 1];
                     }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v33[r] = (dt_smem + 4096)[e];
-                        }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v33[r] = (dt_smem + 4096)[e];
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v33[r];
-                        }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v33[r];
                     }
                 }
                 float v34[1];
@@ -3513,7 +3681,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o122 = b4 * 128; o122 < dt_min_ll(b4 * 128 + 128, s4); o122 += 128) {
+                for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -3524,14 +3692,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o127 = 0; o127 < s3; o127 += 64) {
+                    for (long long o151 = 0; o151 < s3; o151 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o127 + l128);
+                                const int l152 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o151 + l152);
                             }
                         }
                         float v36[1];
@@ -3539,8 +3707,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l129 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l129);
+                                const int l153 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l153);
                             }
                         }
                         __syncthreads();
@@ -3556,9 +3724,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l130 = (int)((unsigned)e / 64u % 64u);
-                                const int l131 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l131]) <= ((dt_smem + 4096)[l130]) ? 1.0f : 0.0f);
+                                const int l154 = (int)((unsigned)e / 64u % 64u);
+                                const int l155 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l155]) <= ((dt_smem + 4096)[l154]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -3568,27 +3736,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             acc7[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o136 = 0; o136 < s5; o136 += 32) {
+                        for (long long o160 = 0; o160 < s5; o160 += 32) {
                             /* v38: loaded by the tensor-core dot that reads it */
                             /* v39: loaded by the tensor-core dot that reads it */
                             __syncthreads();
                             /* v38: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec137 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
+                                const bool vec161 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l138 = (int)((unsigned)e / 256u % 1u);
-                                        const int l139 = (int)((unsigned)e / 256u % 1u);
-                                        const int l140 = (int)((unsigned)e / 4u % 64u);
-                                        const int l141 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec137 && (unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8)], &in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8)) * args.input_strides[0][3]]);
+                                        const int l162 = (int)((unsigned)e / 256u % 1u);
+                                        const int l163 = (int)((unsigned)e / 256u % 1u);
+                                        const int l164 = (int)((unsigned)e / 4u % 64u);
+                                        const int l165 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8)) * args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l140 * 40 + (l141 * 8 + q)] = ((unsigned)(o1 + l138) < (unsigned)s0 && (unsigned)(o2 + l139) < (unsigned)s1 && (unsigned)(o3 + l140) < (unsigned)s2 && (unsigned)(o136 + (l141 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l138) * args.input_strides[0][0] + (o2 + l139) * args.input_strides[0][1] + (o3 + l140) * args.input_strides[0][2] + (o136 + (l141 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3596,21 +3764,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                             }
                             /* v39: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
-                                const bool vec142 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
+                                const bool vec166 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 2; r++) {
                                     const int e = tid + r * 128;
                                     (void)e; {
-                                        const int l143 = (int)((unsigned)e / 256u % 1u);
-                                        const int l144 = (int)((unsigned)e / 256u % 1u);
-                                        const int l145 = (int)((unsigned)e / 4u % 64u);
-                                        const int l146 = (int)((unsigned)e / 1u % 4u);
-                                        if (vec142 && (unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8)], &in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8)) * args.input_strides[1][3]]);
+                                        const int l167 = (int)((unsigned)e / 256u % 1u);
+                                        const int l168 = (int)((unsigned)e / 256u % 1u);
+                                        const int l169 = (int)((unsigned)e / 4u % 64u);
+                                        const int l170 = (int)((unsigned)e / 1u % 4u);
+                                        if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8)) * args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l145 * 40 + (l146 * 8 + q)] = ((unsigned)(o1 + l143) < (unsigned)s0 && (unsigned)(o2 + l144) < (unsigned)s1 && (unsigned)(o127 + l145) < (unsigned)s3 && (unsigned)(o136 + (l146 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l143) * args.input_strides[1][0] + (o2 + l144) * args.input_strides[1][1] + (o127 + l145) * args.input_strides[1][2] + (o136 + (l146 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3679,9 +3847,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         float v47[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l157 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l158 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v47[r] = (dt_smem + 0)[l157 * 64 + l158] != 0.0f ? v44[r] : v46[0];
+                            const int l181 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l182 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v47[r] = (dt_smem + 0)[l181 * 64 + l182] != 0.0f ? v44[r] : v46[0];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -3690,10 +3858,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l159 = 0;
-                            const int l160 = 0;
-                            const int l161 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            v49[r] = (v47[r] - (dt_smem + 0)[l159 * 64 + l160 * 64 + l161]);
+                            const int l183 = 0;
+                            const int l184 = 0;
+                            const int l185 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            v49[r] = (v47[r] - (dt_smem + 0)[l183 * 64 + l184 * 64 + l185]);
                         }
                         float v50[32];
                         #pragma unroll
@@ -3703,29 +3871,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l170 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            v51[r] = ((unsigned)(o127 + l170) < (unsigned)s3) ? v50[r] : 0e0f;
+                            const int l194 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[64];
                         #pragma unroll 1
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l171 = (int)((unsigned)e / 8192u % 1u);
-                                const int l172 = (int)((unsigned)e / 8192u % 1u);
-                                const int l173 = (int)((unsigned)e / 64u % 128u);
-                                const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o127 + l174) < (unsigned)s3 && (unsigned)(o122 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o127 + l174) * args.input_strides[2][2] + (o122 + l173) * args.input_strides[2][3]]) : 0e0f;
+                                const int l195 = (int)((unsigned)e / 8192u % 1u);
+                                const int l196 = (int)((unsigned)e / 8192u % 1u);
+                                const int l197 = (int)((unsigned)e / 64u % 128u);
+                                const int l198 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l195) * args.input_strides[2][0] + (o2 + l196) * args.input_strides[2][1] + (o151 + l198) * args.input_strides[2][2] + (o146 + l197) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l175 = 0;
-                            const int l176 = 0;
-                            const int l177 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                            const int l178 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                            const int e = l175 * 4096 + l176 * 4096 + l177 * 64 + l178;
+                            const int l199 = 0;
+                            const int l200 = 0;
+                            const int l201 = (tid >> 5) / 2 * 32 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                            const int l202 = (tid >> 5) % 2 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            const int e = l199 * 4096 + l200 * 4096 + l201 * 64 + l202;
                             (dt_smem + 0)[e] = v51[r];
                         }
                         __syncthreads();
@@ -3738,13 +3906,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                             (void)e; {
-                                const int l179 = (int)((unsigned)e / 8192u % 1u);
-                                const int l180 = (int)((unsigned)e / 8192u % 1u);
-                                const int l181 = (int)((unsigned)e / 128u % 64u);
-                                const int l182 = (int)((unsigned)e / 1u % 128u);
-                                float a183 = 0.0f;
-                                for (int q = 0; q < 64; q++) a183 = fmaf((dt_smem + 0)[l179 * 4096 + l180 * 4096 + l181 * 64 + q * 1], (dt_smem + 4096)[l179 * 8192 + l180 * 8192 + l182 * 64 + q * 1], a183);
-                                v53[r] = a183;
+                                const int l203 = (int)((unsigned)e / 8192u % 1u);
+                                const int l204 = (int)((unsigned)e / 8192u % 1u);
+                                const int l205 = (int)((unsigned)e / 128u % 64u);
+                                const int l206 = (int)((unsigned)e / 1u % 128u);
+                                float a207 = 0.0f;
+                                for (int q = 0; q < 64; q++) a207 = fmaf((dt_smem + 0)[l203 * 4096 + l204 * 4096 + l205 * 64 + q * 1], (dt_smem + 4096)[l203 * 8192 + l204 * 8192 + l206 * 64 + q * 1], a207);
+                                v53[r] = a207;
                             }
                         }
                         #pragma unroll 1
@@ -3772,31 +3940,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(const
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
                         (void)e; {
-                            const int l192 = (int)((unsigned)e / 8192u % 1u);
-                            const int l193 = (int)((unsigned)e / 8192u % 1u);
-                            const int l194 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l192 * 64 + l193 * 64 + l194]);
+                            const int l216 = (int)((unsigned)e / 8192u % 1u);
+                            const int l217 = (int)((unsigned)e / 8192u % 1u);
+                            const int l218 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = dt_fast_div(v54[r], (dt_smem + 0)[l216 * 64 + l217 * 64 + l218]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 128 + tid) * 8;
-                        const int l196 = (int)((unsigned)e / 8192u % 1u);
-                        const int l197 = (int)((unsigned)e / 8192u % 1u);
-                        const int l198 = (int)((unsigned)e / 128u % 64u);
-                        const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o122 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l220 = (int)((unsigned)e / 8192u % 1u);
+                        const int l221 = (int)((unsigned)e / 8192u % 1u);
+                        const int l222 = (int)((unsigned)e / 128u % 64u);
+                        const int l223 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l220) * args.output_strides[0] + (o2 + l221) * args.output_strides[1] + (o3 + l222) * args.output_strides[2] + (o146 + l223) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o122 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3854,15 +4022,24 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         acc0[r] = (-INFINITY);
                     }
                 }
+                /* partial rmax over j, lane by lane */
+                float acc8[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc8[r] = (-INFINITY);
+                    }
+                }
                 /* rmax attention_causal.tensorize(j:64) */
-                for (long long o7 = 0; o7 < s3; o7 += 64) {
+                for (long long o11 = 0; o11 < s3; o11 += 64) {
                     float v0[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l8 = (int)((unsigned)e / 1u % 64u);
-                            v0[r] = (float)(o7 + l8);
+                            const int l12 = (int)((unsigned)e / 1u % 64u);
+                            v0[r] = (float)(o11 + l12);
                         }
                     }
                     float v1[1];
@@ -3870,8 +4047,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l9 = (int)((unsigned)e / 1u % 64u);
-                            v1[r] = (float)(o3 + l9);
+                            const int l13 = (int)((unsigned)e / 1u % 64u);
+                            v1[r] = (float)(o3 + l13);
                         }
                     }
                     __syncthreads();
@@ -3887,9 +4064,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l10 = (int)((unsigned)e / 64u % 64u);
-                            const int l11 = (int)((unsigned)e / 1u % 64u);
-                            v2[r] = (((dt_smem + 0)[l11]) <= ((dt_smem + 4096)[l10]) ? 1.0f : 0.0f);
+                            const int l14 = (int)((unsigned)e / 64u % 64u);
+                            const int l15 = (int)((unsigned)e / 1u % 64u);
+                            v2[r] = (((dt_smem + 0)[l15]) <= ((dt_smem + 4096)[l14]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -3902,49 +4079,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o16 = 0; o16 < s5; o16 += 32) {
+                    for (long long o20 = 0; o20 < s5; o20 += 32) {
                         float v3[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l23 = (int)((unsigned)e / 2048u % 1u);
+                            const int l24 = (int)((unsigned)e / 2048u % 1u);
+                            const int l25 = (int)((unsigned)e / 32u % 64u);
+                            const int l26 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o20 + l26) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o7 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l29 = (int)((unsigned)e / 2048u % 1u);
+                            const int l30 = (int)((unsigned)e / 2048u % 1u);
+                            const int l31 = (int)((unsigned)e / 32u % 64u);
+                            const int l32 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o11 + l31) * args.input_strides[1][2] + (o20 + l32) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o7 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3960,13 +4137,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                float a33 = 0.0f;
-                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
-                                v5[r] = a33;
+                                const int l33 = (int)((unsigned)e / 4096u % 1u);
+                                const int l34 = (int)((unsigned)e / 4096u % 1u);
+                                const int l35 = (int)((unsigned)e / 64u % 64u);
+                                const int l36 = (int)((unsigned)e / 1u % 64u);
+                                float a37 = 0.0f;
+                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
+                                v5[r] = a37;
                             }
                         }
                         #pragma unroll 1
@@ -4030,43 +4207,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l53 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o7 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l57 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = ((unsigned)(o11 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
-                    __syncthreads();
                     #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
-                    __syncthreads();
-                    float v14[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = (-INFINITY);
-                        if (j < 64) {
-                            const int l54 = (j / 64) % 1;
-                            const int l55 = (j / 64) % 1;
-                            const int l56 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v14[r] = (dt_smem + 4096)[e];
+                    for (int r = 0; r < 32; r++) {
+                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                        (void)e; {
+                            acc8[r] = fmaxf(acc8[r], v13[r]);
                         }
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
-                        }
+                }
+                float v57[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        v57[r] = acc8[r];
+                    }
+                }
+                __syncthreads();
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v57[r]; }
+                __syncthreads();
+                float v14[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = (-INFINITY);
+                    if (j < 64) {
+                        const int l66 = (j / 64) % 1;
+                        const int l67 = (j / 64) % 1;
+                        const int l68 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l66 * 4096 + l67 * 4096 + l68 * 64 + i * 1]);
+                    }
+                    for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v14[r] = (dt_smem + 4096)[e];
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc0[r] = fmaxf(acc0[r], v14[r]);
                     }
                 }
                 float v15[1];
@@ -4086,15 +4278,24 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         acc3[r] = 0e0f;
                     }
                 }
+                /* partial rsum over j, lane by lane */
+                float acc9[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc9[r] = 0e0f;
+                    }
+                }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o69 = 0; o69 < s3; o69 += 64) {
+                for (long long o85 = 0; o85 < s3; o85 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l70 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o69 + l70);
+                            const int l86 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o85 + l86);
                         }
                     }
                     float v17[1];
@@ -4102,8 +4303,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 128;
                         if (e < 64) {
-                            const int l71 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l71);
+                            const int l87 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l87);
                         }
                     }
                     __syncthreads();
@@ -4119,9 +4320,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l72 = (int)((unsigned)e / 64u % 64u);
-                            const int l73 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l73]) <= ((dt_smem + 4096)[l72]) ? 1.0f : 0.0f);
+                            const int l88 = (int)((unsigned)e / 64u % 64u);
+                            const int l89 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l89]) <= ((dt_smem + 4096)[l88]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -4134,49 +4335,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o78 = 0; o78 < s5; o78 += 32) {
+                    for (long long o94 = 0; o94 < s5; o94 += 32) {
                         float v19[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l81 = (int)((unsigned)e / 2048u % 1u);
-                            const int l82 = (int)((unsigned)e / 2048u % 1u);
-                            const int l83 = (int)((unsigned)e / 32u % 64u);
-                            const int l84 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l81) * args.input_strides[0][0] + (o2 + l82) * args.input_strides[0][1] + (o3 + l83) * args.input_strides[0][2] + (o78 + l84) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l97 = (int)((unsigned)e / 2048u % 1u);
+                            const int l98 = (int)((unsigned)e / 2048u % 1u);
+                            const int l99 = (int)((unsigned)e / 32u % 64u);
+                            const int l100 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l97) * args.input_strides[0][0] + (o2 + l98) * args.input_strides[0][1] + (o3 + l99) * args.input_strides[0][2] + (o94 + l100) * args.input_strides[0][3];
+                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + l84) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 1] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 2] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 3] = ((unsigned)(o1 + l81) < (unsigned)s0 && (unsigned)(o2 + l82) < (unsigned)s1 && (unsigned)(o3 + l83) < (unsigned)s2 && (unsigned)(o78 + (l84 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 0] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + l100) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[16];
                         #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int e = (c * 128 + tid) * 4;
-                            const int l87 = (int)((unsigned)e / 2048u % 1u);
-                            const int l88 = (int)((unsigned)e / 2048u % 1u);
-                            const int l89 = (int)((unsigned)e / 32u % 64u);
-                            const int l90 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l87) * args.input_strides[1][0] + (o2 + l88) * args.input_strides[1][1] + (o69 + l89) * args.input_strides[1][2] + (o78 + l90) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l103 = (int)((unsigned)e / 2048u % 1u);
+                            const int l104 = (int)((unsigned)e / 2048u % 1u);
+                            const int l105 = (int)((unsigned)e / 32u % 64u);
+                            const int l106 = (int)((unsigned)e / 1u % 32u);
+                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o85 + l105) * args.input_strides[1][2] + (o94 + l106) * args.input_strides[1][3];
+                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + l90) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 1] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 2] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 3] = ((unsigned)(o1 + l87) < (unsigned)s0 && (unsigned)(o2 + l88) < (unsigned)s1 && (unsigned)(o69 + l89) < (unsigned)s3 && (unsigned)(o78 + (l90 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + l106) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4192,13 +4393,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l91 = (int)((unsigned)e / 4096u % 1u);
-                                const int l92 = (int)((unsigned)e / 4096u % 1u);
-                                const int l93 = (int)((unsigned)e / 64u % 64u);
-                                const int l94 = (int)((unsigned)e / 1u % 64u);
-                                float a95 = 0.0f;
-                                for (int q = 0; q < 32; q++) a95 = fmaf((dt_smem + 0)[l91 * 2048 + l92 * 2048 + l93 * 32 + q * 1], (dt_smem + 4096)[l91 * 2048 + l92 * 2048 + l94 * 32 + q * 1], a95);
-                                v21[r] = a95;
+                                const int l107 = (int)((unsigned)e / 4096u % 1u);
+                                const int l108 = (int)((unsigned)e / 4096u % 1u);
+                                const int l109 = (int)((unsigned)e / 64u % 64u);
+                                const int l110 = (int)((unsigned)e / 1u % 64u);
+                                float a111 = 0.0f;
+                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
+                                v21[r] = a111;
                             }
                         }
                         #pragma unroll 1
@@ -4266,10 +4467,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l112 = (int)((unsigned)e / 4096u % 1u);
-                            const int l113 = (int)((unsigned)e / 4096u % 1u);
-                            const int l114 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                            const int l128 = (int)((unsigned)e / 4096u % 1u);
+                            const int l129 = (int)((unsigned)e / 4096u % 1u);
+                            const int l130 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
                         }
                     }
                     float v31[32];
@@ -4285,43 +4486,58 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o69 + l123) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l139 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = ((unsigned)(o85 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
-                    __syncthreads();
                     #pragma unroll 1
-                    for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                    __syncthreads();
-                    float v33[1];
-                    /* cooperative reduction: 2 threads per result */
-                    {
-                        const int j = tid / 2;
-                        const int q = tid % 2;
-                        float p = 0e0f;
-                        if (j < 64) {
-                            const int l124 = (j / 64) % 1;
-                            const int l125 = (j / 64) % 1;
-                            const int l126 = (j / 1) % 64;
-                            for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
-                        }
-                        for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                        if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v33[r] = (dt_smem + 4096)[e];
+                    for (int r = 0; r < 32; r++) {
+                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                        (void)e; {
+                            acc9[r] = acc9[r] + v32[r];
                         }
                     }
-                    #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = acc3[r] + v33[r];
-                        }
+                }
+                float v58[32];
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        v58[r] = acc9[r];
+                    }
+                }
+                __syncthreads();
+                #pragma unroll 1
+                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v58[r]; }
+                __syncthreads();
+                float v33[1];
+                /* cooperative reduction: 2 threads per result */
+                {
+                    const int j = tid / 2;
+                    const int q = tid % 2;
+                    float p = 0e0f;
+                    if (j < 64) {
+                        const int l148 = (j / 64) % 1;
+                        const int l149 = (j / 64) % 1;
+                        const int l150 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l148 * 4096 + l149 * 4096 + l150 * 64 + i * 1];
+                    }
+                    for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
+                    if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        v33[r] = (dt_smem + 4096)[e];
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 1; r++) {
+                    const int e = tid + r * 128;
+                    if (e < 64) {
+                        acc3[r] = acc3[r] + v33[r];
                     }
                 }
                 float v34[1];
@@ -4333,7 +4549,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
+                for (long long o160 = b4 * 128; o160 < dt_min_ll(b4 * 128 + 128, s4); o160 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll 1
@@ -4344,14 +4560,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o141 = 0; o141 < s3; o141 += 64) {
+                    for (long long o165 = 0; o165 < s3; o165 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l142 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o141 + l142);
+                                const int l166 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o165 + l166);
                             }
                         }
                         float v36[1];
@@ -4359,8 +4575,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 128;
                             if (e < 64) {
-                                const int l143 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l143);
+                                const int l167 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l167);
                             }
                         }
                         __syncthreads();
@@ -4376,9 +4592,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l144 = (int)((unsigned)e / 64u % 64u);
-                                const int l145 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l145]) <= ((dt_smem + 4096)[l144]) ? 1.0f : 0.0f);
+                                const int l168 = (int)((unsigned)e / 64u % 64u);
+                                const int l169 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l169]) <= ((dt_smem + 4096)[l168]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4391,49 +4607,49 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o150 = 0; o150 < s5; o150 += 32) {
+                        for (long long o174 = 0; o174 < s5; o174 += 32) {
                             float v38[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l153 = (int)((unsigned)e / 2048u % 1u);
-                                const int l154 = (int)((unsigned)e / 2048u % 1u);
-                                const int l155 = (int)((unsigned)e / 32u % 64u);
-                                const int l156 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l153) * args.input_strides[0][0] + (o2 + l154) * args.input_strides[0][1] + (o3 + l155) * args.input_strides[0][2] + (o150 + l156) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l177 = (int)((unsigned)e / 2048u % 1u);
+                                const int l178 = (int)((unsigned)e / 2048u % 1u);
+                                const int l179 = (int)((unsigned)e / 32u % 64u);
+                                const int l180 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l177) * args.input_strides[0][0] + (o2 + l178) * args.input_strides[0][1] + (o3 + l179) * args.input_strides[0][2] + (o174 + l180) * args.input_strides[0][3];
+                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + l156) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 1] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 2] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 3] = ((unsigned)(o1 + l153) < (unsigned)s0 && (unsigned)(o2 + l154) < (unsigned)s1 && (unsigned)(o3 + l155) < (unsigned)s2 && (unsigned)(o150 + (l156 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + l180) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[16];
                             #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int e = (c * 128 + tid) * 4;
-                                const int l159 = (int)((unsigned)e / 2048u % 1u);
-                                const int l160 = (int)((unsigned)e / 2048u % 1u);
-                                const int l161 = (int)((unsigned)e / 32u % 64u);
-                                const int l162 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l159) * args.input_strides[1][0] + (o2 + l160) * args.input_strides[1][1] + (o141 + l161) * args.input_strides[1][2] + (o150 + l162) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l183 = (int)((unsigned)e / 2048u % 1u);
+                                const int l184 = (int)((unsigned)e / 2048u % 1u);
+                                const int l185 = (int)((unsigned)e / 32u % 64u);
+                                const int l186 = (int)((unsigned)e / 1u % 32u);
+                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o165 + l185) * args.input_strides[1][2] + (o174 + l186) * args.input_strides[1][3];
+                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + l162) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 1] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 2] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 3] = ((unsigned)(o1 + l159) < (unsigned)s0 && (unsigned)(o2 + l160) < (unsigned)s1 && (unsigned)(o141 + l161) < (unsigned)s3 && (unsigned)(o150 + (l162 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + l186) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -4449,13 +4665,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                             for (int r = 0; r < 32; r++) {
                                 const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l163 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l164 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l165 = (int)((unsigned)e / 64u % 64u);
-                                    const int l166 = (int)((unsigned)e / 1u % 64u);
-                                    float a167 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a167 = fmaf((dt_smem + 0)[l163 * 2048 + l164 * 2048 + l165 * 32 + q * 1], (dt_smem + 4096)[l163 * 2048 + l164 * 2048 + l166 * 32 + q * 1], a167);
-                                    v40[r] = a167;
+                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l189 = (int)((unsigned)e / 64u % 64u);
+                                    const int l190 = (int)((unsigned)e / 1u % 64u);
+                                    float a191 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
+                                    v40[r] = a191;
                                 }
                             }
                             #pragma unroll 1
@@ -4523,10 +4739,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                                const int l185 = (int)((unsigned)e / 4096u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
+                                const int l208 = (int)((unsigned)e / 4096u % 1u);
+                                const int l209 = (int)((unsigned)e / 4096u % 1u);
+                                const int l210 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
                             }
                         }
                         float v50[32];
@@ -4542,8 +4758,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o141 + l195) < (unsigned)s3) ? v50[r] : 0e0f;
+                                const int l219 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = ((unsigned)(o165 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[64];
@@ -4551,11 +4767,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 8192u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 128u);
-                                const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o141 + l199) < (unsigned)s3 && (unsigned)(o136 + l198) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o141 + l199) * args.input_strides[2][2] + (o136 + l198) * args.input_strides[2][3]]) : 0e0f;
+                                const int l220 = (int)((unsigned)e / 8192u % 1u);
+                                const int l221 = (int)((unsigned)e / 8192u % 1u);
+                                const int l222 = (int)((unsigned)e / 64u % 128u);
+                                const int l223 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o165 + l223) < (unsigned)s3 && (unsigned)(o160 + l222) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o165 + l223) * args.input_strides[2][2] + (o160 + l222) * args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4571,13 +4787,13 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                         for (int r = 0; r < 64; r++) {
                             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                                const int l201 = (int)((unsigned)e / 8192u % 1u);
-                                const int l202 = (int)((unsigned)e / 128u % 64u);
-                                const int l203 = (int)((unsigned)e / 1u % 128u);
-                                float a204 = 0.0f;
-                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
-                                v53[r] = a204;
+                                const int l224 = (int)((unsigned)e / 8192u % 1u);
+                                const int l225 = (int)((unsigned)e / 8192u % 1u);
+                                const int l226 = (int)((unsigned)e / 128u % 64u);
+                                const int l227 = (int)((unsigned)e / 1u % 128u);
+                                float a228 = 0.0f;
+                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
+                                v53[r] = a228;
                             }
                         }
                         #pragma unroll 1
@@ -4605,27 +4821,27 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(const 
                     for (int r = 0; r < 64; r++) {
                         const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l213 = (int)((unsigned)e / 8192u % 1u);
-                            const int l214 = (int)((unsigned)e / 8192u % 1u);
-                            const int l215 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l237 = (int)((unsigned)e / 8192u % 1u);
+                            const int l238 = (int)((unsigned)e / 8192u % 1u);
+                            const int l239 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 16; c++) {
                         const int e = (c * 128 + tid) * 4;
-                        const int l217 = (int)((unsigned)e / 8192u % 1u);
-                        const int l218 = (int)((unsigned)e / 8192u % 1u);
-                        const int l219 = (int)((unsigned)e / 128u % 64u);
-                        const int l220 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o136 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l241 = (int)((unsigned)e / 8192u % 1u);
+                        const int l242 = (int)((unsigned)e / 8192u % 1u);
+                        const int l243 = (int)((unsigned)e / 128u % 64u);
+                        const int l244 = (int)((unsigned)e / 1u % 128u);
+                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o160 + l244) * args.output_strides[3];
+                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o136 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

@@ -1128,7 +1128,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 122899);
+    float* arena = (float*)malloc(sizeof(float) * 155667);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1142,115 +1142,147 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 122895)[l2] = 0e0f;
+                (arena + 139279)[l2] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = 0e0f;
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 122895)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = 0e0f;
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 122897)[l12] = 0e0f;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                (arena + 139281)[l18] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l19 = 0; l19 < 1; l19++) {
+                for (long long l20 = 0; l20 < 8192; l20++) {
+                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o13 = 0; o13 < s1; o13 += 8192) {
-                for (long long l14 = 0; l14 < 1; l14++) {
-                    for (long long l15 = 0; l15 < 8192; l15++) {
-                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_f16(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l16 = 0; l16 < 1; l16++) {
-                    for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
-                    }
-                }
-                for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
-                    }
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
-                    }
-                }
+            for (long long o21 = 0; o21 < s1; o21 += 8192) {
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    float a24 = 0e0f;
-                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
-                    (arena + 65542)[l22] = a24;
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_f16(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                    }
+                }
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 8192; l27++) {
+                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                    }
+                }
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 8192; l29++) {
+                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                    }
+                }
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 8192; l31++) {
+                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                    }
                 }
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 65543)[l26] = (arena + 122897)[l26];
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 8192; l33++) {
+                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                float a36 = 0e0f;
+                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
+                (arena + 65542)[l34] = a36;
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                (arena + 65543)[l38] = (arena + 139281)[l38];
+            }
+            for (long long l39 = 0; l39 < 1; l39++) {
+                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
-                    }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
-                }
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 8192; l37++) {
-                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_f16(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
-                }
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
-                    }
-                }
-                for (long long l40 = 0; l40 < 8192; l40++) {
-                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_f16(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
-                }
+            for (long long o40 = 0; o40 < s1; o40 += 8192) {
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_f16(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l43 * 8192 + l44]);
+                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                    }
+                }
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
+                }
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                    }
+                }
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_f16(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 8192; l52++) {
+                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_f16(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l55 * 8192 + l56]);
                     }
                 }
             }
@@ -1267,7 +1299,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 122899);
+    float* arena = (float*)malloc(sizeof(float) * 155667);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1281,115 +1313,147 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 122895)[l2] = 0e0f;
+                (arena + 139279)[l2] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = 0e0f;
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 122895)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = 0e0f;
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 122897)[l12] = 0e0f;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                (arena + 139281)[l18] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l19 = 0; l19 < 1; l19++) {
+                for (long long l20 = 0; l20 < 8192; l20++) {
+                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o13 = 0; o13 < s1; o13 += 8192) {
-                for (long long l14 = 0; l14 < 1; l14++) {
-                    for (long long l15 = 0; l15 < 8192; l15++) {
-                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_bf16(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l16 = 0; l16 < 1; l16++) {
-                    for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
-                    }
-                }
-                for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
-                    }
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
-                    }
-                }
+            for (long long o21 = 0; o21 < s1; o21 += 8192) {
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    float a24 = 0e0f;
-                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
-                    (arena + 65542)[l22] = a24;
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_bf16(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                    }
+                }
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 8192; l27++) {
+                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                    }
+                }
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 8192; l29++) {
+                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                    }
+                }
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 8192; l31++) {
+                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                    }
                 }
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 65543)[l26] = (arena + 122897)[l26];
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 8192; l33++) {
+                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                float a36 = 0e0f;
+                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
+                (arena + 65542)[l34] = a36;
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                (arena + 65543)[l38] = (arena + 139281)[l38];
+            }
+            for (long long l39 = 0; l39 < 1; l39++) {
+                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_bf16(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
-                    }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
-                }
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 8192; l37++) {
-                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_bf16(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
-                }
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
-                    }
-                }
-                for (long long l40 = 0; l40 < 8192; l40++) {
-                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_bf16(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
-                }
+            for (long long o40 = 0; o40 < s1; o40 += 8192) {
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_bf16(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l43 * 8192 + l44]);
+                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                    }
+                }
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
+                }
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                    }
+                }
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_bf16(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 8192; l52++) {
+                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_bf16(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l55 * 8192 + l56]);
                     }
                 }
             }
@@ -1406,7 +1470,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 122899);
+    float* arena = (float*)malloc(sizeof(float) * 155667);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1420,115 +1484,147 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 122895)[l2] = 0e0f;
+                (arena + 139279)[l2] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : 0e0f;
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = 0e0f;
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = a8 + (arena + 0)[l6 * 8192 + r7 * 1];
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 122895)[l9] = (arena + 122895)[l9] + (arena + 16384)[l9];
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 122895)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = 0e0f;
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 16387)[l11] = ((arena + 16385)[l11] / (arena + 16386)[0]);
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
             }
             /* rsum identity */
-            for (long long l12 = 0; l12 < 1; l12++) {
-                (arena + 122897)[l12] = 0e0f;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                (arena + 139281)[l18] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l19 = 0; l19 < 1; l19++) {
+                for (long long l20 = 0; l20 < 8192; l20++) {
+                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+                }
             }
             /* rsum layernorm.tensorize(y:8192) */
-            for (long long o13 = 0; o13 < s1; o13 += 8192) {
-                for (long long l14 = 0; l14 < 1; l14++) {
-                    for (long long l15 = 0; l15 < 8192; l15++) {
-                        (arena + 16388)[l14 * 8192 + l15] = (o1 + l14 < s0 && o13 + l15 < s1) ? dt_load_f32(in0[(o1 + l14) * args->input_strides[0][0] + (o13 + l15) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l16 = 0; l16 < 1; l16++) {
-                    for (long long l17 = 0; l17 < 8192; l17++) {
-                        (arena + 24581)[l16 * 8192 + l17] = ((arena + 16388)[l16 * 8192 + l17] - (arena + 16387)[l16]);
-                    }
-                }
-                for (long long l18 = 0; l18 < 1; l18++) {
-                    for (long long l19 = 0; l19 < 8192; l19++) {
-                        (arena + 49158)[l18 * 8192 + l19] = ((arena + 24581)[l18 * 8192 + l19] * (arena + 24581)[l18 * 8192 + l19]);
-                    }
-                }
-                for (long long l20 = 0; l20 < 1; l20++) {
-                    for (long long l21 = 0; l21 < 8192; l21++) {
-                        (arena + 57350)[l20 * 8192 + l21] = (o13 + l21 < s1) ? (arena + 49158)[l20 * 8192 + l21] : 0e0f;
-                    }
-                }
+            for (long long o21 = 0; o21 < s1; o21 += 8192) {
                 for (long long l22 = 0; l22 < 1; l22++) {
-                    float a24 = 0e0f;
-                    for (long long r23 = 0; r23 < 8192; r23++) a24 = a24 + (arena + 57350)[l22 * 8192 + r23 * 1];
-                    (arena + 65542)[l22] = a24;
+                    for (long long l23 = 0; l23 < 8192; l23++) {
+                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_f32(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l25 = 0; l25 < 1; l25++) {
-                    (arena + 122897)[l25] = (arena + 122897)[l25] + (arena + 65542)[l25];
+                for (long long l24 = 0; l24 < 1; l24++) {
+                    for (long long l25 = 0; l25 < 8192; l25++) {
+                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                    }
+                }
+                for (long long l26 = 0; l26 < 1; l26++) {
+                    for (long long l27 = 0; l27 < 8192; l27++) {
+                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                    }
+                }
+                for (long long l28 = 0; l28 < 1; l28++) {
+                    for (long long l29 = 0; l29 < 8192; l29++) {
+                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                    }
+                }
+                for (long long l30 = 0; l30 < 1; l30++) {
+                    for (long long l31 = 0; l31 < 8192; l31++) {
+                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                    }
                 }
             }
-            for (long long l26 = 0; l26 < 1; l26++) {
-                (arena + 65543)[l26] = (arena + 122897)[l26];
+            for (long long l32 = 0; l32 < 1; l32++) {
+                for (long long l33 = 0; l33 < 8192; l33++) {
+                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                }
             }
-            for (long long l27 = 0; l27 < 1; l27++) {
-                (arena + 65545)[l27] = ((arena + 65543)[l27] / (arena + 16386)[0]);
+            for (long long l34 = 0; l34 < 1; l34++) {
+                float a36 = 0e0f;
+                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
+                (arena + 65542)[l34] = a36;
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
+            }
+            for (long long l38 = 0; l38 < 1; l38++) {
+                (arena + 65543)[l38] = (arena + 139281)[l38];
+            }
+            for (long long l39 = 0; l39 < 1; l39++) {
+                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) */
-            for (long long o28 = 0; o28 < s1; o28 += 8192) {
-                for (long long l29 = 0; l29 < 1; l29++) {
-                    for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 65546)[l29 * 8192 + l30] = (o1 + l29 < s0 && o28 + l30 < s1) ? dt_load_f32(in0[(o1 + l29) * args->input_strides[0][0] + (o28 + l30) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 73739)[l31 * 8192 + l32] = ((arena + 65546)[l31 * 8192 + l32] - (arena + 16387)[l31]);
-                    }
-                }
-                (arena + 81932)[0] = args->scalars[0];
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    (arena + 81933)[l33] = ((arena + 65545)[l33] + (arena + 81932)[0]);
-                }
-                for (long long l34 = 0; l34 < 1; l34++) {
-                    (arena + 81934)[l34] = dt_rsqrt((arena + 81933)[l34]);
-                }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 81935)[l35 * 8192 + l36] = ((arena + 73739)[l35 * 8192 + l36] * (arena + 81934)[l35]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 8192; l37++) {
-                    (arena + 90127)[l37] = (o28 + l37 < s1) ? dt_load_f32(in1[(o28 + l37) * args->input_strides[1][0]]) : 0e0f;
-                }
-                for (long long l38 = 0; l38 < 1; l38++) {
-                    for (long long l39 = 0; l39 < 8192; l39++) {
-                        (arena + 98319)[l38 * 8192 + l39] = ((arena + 81935)[l38 * 8192 + l39] * (arena + 90127)[l39]);
-                    }
-                }
-                for (long long l40 = 0; l40 < 8192; l40++) {
-                    (arena + 106511)[l40] = (o28 + l40 < s1) ? dt_load_f32(in2[(o28 + l40) * args->input_strides[2][0]]) : 0e0f;
-                }
+            for (long long o40 = 0; o40 < s1; o40 += 8192) {
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 114703)[l41 * 8192 + l42] = ((arena + 98319)[l41 * 8192 + l42] + (arena + 106511)[l42]);
+                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_f32(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        if (o1 + l43 < s0 && o28 + l44 < s1) out[(o1 + l43) * args->output_strides[0] + (o28 + l44) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l43 * 8192 + l44]);
+                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                    }
+                }
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
+                }
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                    }
+                }
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_f32(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 8192; l52++) {
+                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_f32(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l53 = 0; l53 < 1; l53++) {
+                    for (long long l54 = 0; l54 < 8192; l54++) {
+                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                    }
+                }
+                for (long long l55 = 0; l55 < 1; l55++) {
+                    for (long long l56 = 0; l56 < 8192; l56++) {
+                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l55 * 8192 + l56]);
                     }
                 }
             }

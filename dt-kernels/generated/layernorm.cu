@@ -3076,28 +3076,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
-            float v0[16];
-            uint4 q4[2];
-            bool f5[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+        /* partial rsum over y, lane by lane */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
             }
+        }
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+            float v0[16];
+            uint4 q6[2];
+            bool f7[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
-                if (f5[c]) {
-                    const uint4 q = q4[c];
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 8192u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                if (f7[c]) {
+                    const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3107,43 +3116,58 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v0[r];
+                }
+            }
+        }
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a11 = 0e0f;
-                for (int g = 0; g < 16; g++) a11 = a11 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v2[r] = a11;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = acc0[r] + v2[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
         {
@@ -3170,28 +3194,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o16 = 0; o16 < s1; o16 += 8192) {
+        for (long long o24 = 0; o24 < s1; o24 += 8192) {
             float v6[16];
-            uint4 q17[2];
-            bool f18[2];
+            uint4 q25[2];
+            bool f26[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
-                f18[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o16 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+                const int l27 = (int)((unsigned)e / 8192u % 1u);
+                const int l28 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l27) * args.input_strides[0][0] + (o24 + l28) * args.input_strides[0][1];
+                f26[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 8192u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l21) * args.input_strides[0][0] + (o16 + l22) * args.input_strides[0][1];
-                if (f18[c]) {
-                    const uint4 q = q17[c];
+                const int l29 = (int)((unsigned)e / 8192u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l29) * args.input_strides[0][0] + (o24 + l30) * args.input_strides[0][1];
+                if (f26[c]) {
+                    const uint4 q = q25[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3201,14 +3234,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + l22) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -3232,37 +3265,52 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l28 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o16 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
+                    const int l36 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o24 + l36) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
-            float v14[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = acc5[r] + v13[r];
+                }
+            }
+        }
+        float v31[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v31[r] = acc5[r];
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a30 = 0e0f;
-                for (int g = 0; g < 16; g++) a30 = a30 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v14[r] = a30;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v14[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a42 = 0e0f;
+            for (int g = 0; g < 16; g++) a42 = a42 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a42;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
         {
@@ -3277,27 +3325,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o34 = 0; o34 < s1; o34 += 8192) {
+        for (long long o46 = 0; o46 < s1; o46 += 8192) {
             float v18[16];
-            uint4 q35[2];
-            bool f36[2];
+            uint4 q47[2];
+            bool f48[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 8192u % 1u);
-                const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
-                f36[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o34 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+                const int l49 = (int)((unsigned)e / 8192u % 1u);
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l49) * args.input_strides[0][0] + (o46 + l50) * args.input_strides[0][1];
+                f48[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
-                if (f36[c]) {
-                    const uint4 q = q35[c];
+                const int l51 = (int)((unsigned)e / 8192u % 1u);
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l51) * args.input_strides[0][0] + (o46 + l52) * args.input_strides[0][1];
+                if (f48[c]) {
+                    const uint4 q = q47[c];
                     v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3307,14 +3355,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + l40) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -3352,23 +3400,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 }
             }
             float v26[16];
-            uint4 q47[2];
-            bool f48[2];
+            uint4 q59[2];
+            bool f60[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l49) * args.input_strides[1][0];
-                f48[c] = args.input_strides[1][0] == 1 && (unsigned)(o34 + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f48[c]) q47[c] = *(const uint4*)(in1 + a);
+                const int l61 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l61) * args.input_strides[1][0];
+                f60[c] = args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l50) * args.input_strides[1][0];
-                if (f48[c]) {
-                    const uint4 q = q47[c];
+                const int l62 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l62) * args.input_strides[1][0];
+                if (f60[c]) {
+                    const uint4 q = q59[c];
                     v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3378,14 +3426,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o34 + l50) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o34 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o34 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o34 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o34 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o34 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o34 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o34 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -3397,23 +3445,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 }
             }
             float v28[16];
-            uint4 q53[2];
-            bool f54[2];
+            uint4 q65[2];
+            bool f66[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l55 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l55) * args.input_strides[2][0];
-                f54[c] = args.input_strides[2][0] == 1 && (unsigned)(o34 + (l55 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f54[c]) q53[c] = *(const uint4*)(in2 + a);
+                const int l67 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l67) * args.input_strides[2][0];
+                f66[c] = args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l56 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l56) * args.input_strides[2][0];
-                if (f54[c]) {
-                    const uint4 q = q53[c];
+                const int l68 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l68) * args.input_strides[2][0];
+                if (f66[c]) {
+                    const uint4 q = q65[c];
                     v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -3423,14 +3471,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o34 + l56) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o34 + (l56 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o34 + (l56 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o34 + (l56 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o34 + (l56 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o34 + (l56 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o34 + (l56 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o34 + (l56 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -3444,20 +3492,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l59 = (int)((unsigned)e / 8192u % 1u);
-                const int l60 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l71 = (int)((unsigned)e / 8192u % 1u);
+                const int l72 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l71) * args.output_strides[0] + (o46 + l72) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3491,28 +3539,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
-            float v0[16];
-            uint4 q4[2];
-            bool f5[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+        /* partial rsum over y, lane by lane */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc4[r] = 0e0f;
             }
+        }
+        /* rsum layernorm.tensorize(y:8192) */
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+            float v0[16];
+            uint4 q6[2];
+            bool f7[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
-                if (f5[c]) {
-                    const uint4 q = q4[c];
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 512 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 8192u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                if (f7[c]) {
+                    const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3522,43 +3579,58 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = acc4[r] + v0[r];
+                }
+            }
+        }
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a11 = 0e0f;
-                for (int g = 0; g < 16; g++) a11 = a11 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v2[r] = a11;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = acc0[r] + v2[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
         {
@@ -3585,28 +3657,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o16 = 0; o16 < s1; o16 += 8192) {
+        for (long long o24 = 0; o24 < s1; o24 += 8192) {
             float v6[16];
-            uint4 q17[2];
-            bool f18[2];
+            uint4 q25[2];
+            bool f26[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l19) * args.input_strides[0][0] + (o16 + l20) * args.input_strides[0][1];
-                f18[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o16 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
+                const int l27 = (int)((unsigned)e / 8192u % 1u);
+                const int l28 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l27) * args.input_strides[0][0] + (o24 + l28) * args.input_strides[0][1];
+                f26[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 8192u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l21) * args.input_strides[0][0] + (o16 + l22) * args.input_strides[0][1];
-                if (f18[c]) {
-                    const uint4 q = q17[c];
+                const int l29 = (int)((unsigned)e / 8192u % 1u);
+                const int l30 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l29) * args.input_strides[0][0] + (o24 + l30) * args.input_strides[0][1];
+                if (f26[c]) {
+                    const uint4 q = q25[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3616,14 +3697,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + l22) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o16 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -3647,37 +3728,52 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l28 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o16 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
+                    const int l36 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o24 + l36) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
-            float v14[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = acc5[r] + v13[r];
+                }
+            }
+        }
+        float v31[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v31[r] = acc5[r];
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a30 = 0e0f;
-                for (int g = 0; g < 16; g++) a30 = a30 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v14[r] = a30;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v14[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a42 = 0e0f;
+            for (int g = 0; g < 16; g++) a42 = a42 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a42;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
         {
@@ -3692,27 +3788,27 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o34 = 0; o34 < s1; o34 += 8192) {
+        for (long long o46 = 0; o46 < s1; o46 += 8192) {
             float v18[16];
-            uint4 q35[2];
-            bool f36[2];
+            uint4 q47[2];
+            bool f48[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 8192u % 1u);
-                const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o34 + l38) * args.input_strides[0][1];
-                f36[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o34 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f36[c]) q35[c] = *(const uint4*)(in0 + a);
+                const int l49 = (int)((unsigned)e / 8192u % 1u);
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l49) * args.input_strides[0][0] + (o46 + l50) * args.input_strides[0][1];
+                f48[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.input_strides[0][0] + (o34 + l40) * args.input_strides[0][1];
-                if (f36[c]) {
-                    const uint4 q = q35[c];
+                const int l51 = (int)((unsigned)e / 8192u % 1u);
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l51) * args.input_strides[0][0] + (o46 + l52) * args.input_strides[0][1];
+                if (f48[c]) {
+                    const uint4 q = q47[c];
                     v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3722,14 +3818,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + l40) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o34 + (l40 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -3767,23 +3863,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 }
             }
             float v26[16];
-            uint4 q47[2];
-            bool f48[2];
+            uint4 q59[2];
+            bool f60[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l49) * args.input_strides[1][0];
-                f48[c] = args.input_strides[1][0] == 1 && (unsigned)(o34 + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f48[c]) q47[c] = *(const uint4*)(in1 + a);
+                const int l61 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l61) * args.input_strides[1][0];
+                f60[c] = args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l50) * args.input_strides[1][0];
-                if (f48[c]) {
-                    const uint4 q = q47[c];
+                const int l62 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l62) * args.input_strides[1][0];
+                if (f60[c]) {
+                    const uint4 q = q59[c];
                     v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3793,14 +3889,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o34 + l50) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o34 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o34 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o34 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o34 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o34 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o34 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o34 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -3812,23 +3908,23 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 }
             }
             float v28[16];
-            uint4 q53[2];
-            bool f54[2];
+            uint4 q65[2];
+            bool f66[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l55 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l55) * args.input_strides[2][0];
-                f54[c] = args.input_strides[2][0] == 1 && (unsigned)(o34 + (l55 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f54[c]) q53[c] = *(const uint4*)(in2 + a);
+                const int l67 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l67) * args.input_strides[2][0];
+                f66[c] = args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l56 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o34 + l56) * args.input_strides[2][0];
-                if (f54[c]) {
-                    const uint4 q = q53[c];
+                const int l68 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o46 + l68) * args.input_strides[2][0];
+                if (f66[c]) {
+                    const uint4 q = q65[c];
                     v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -3838,14 +3934,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o34 + l56) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o34 + (l56 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o34 + (l56 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o34 + (l56 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o34 + (l56 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o34 + (l56 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o34 + (l56 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o34 + (l56 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -3859,20 +3955,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l59 = (int)((unsigned)e / 8192u % 1u);
-                const int l60 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l59) * args.output_strides[0] + (o34 + l60) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l71 = (int)((unsigned)e / 8192u % 1u);
+                const int l72 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l71) * args.output_strides[0] + (o46 + l72) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + l60) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l59) < (unsigned)s0 && (unsigned)(o34 + (l60 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3906,55 +4002,79 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc4[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc4[r] = 0e0f;
+            }
+        }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
             float v0[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc4[r] = acc4[r] + v0[r];
+                }
+            }
+        }
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v30[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a9 = 0e0f;
-                for (int g = 0; g < 16; g++) a9 = a9 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v2[r] = a9;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = acc0[r] + v2[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a15 = 0e0f;
+            for (int g = 0; g < 16; g++) a15 = a15 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a15;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = acc0[r] + v2[0];
         }
         float v3[1];
         {
@@ -3981,26 +4101,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o14 = 0; o14 < s1; o14 += 8192) {
+        for (long long o22 = 0; o22 < s1; o22 += 8192) {
             float v6[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l17 = (int)((unsigned)e / 8192u % 1u);
-                const int l18 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l17) * args.input_strides[0][0] + (o14 + l18) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l25 = (int)((unsigned)e / 8192u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l25) * args.input_strides[0][0] + (o22 + l26) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + l18) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o14 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + l26) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -4024,37 +4153,52 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l24 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o14 + l24) < (unsigned)s1) ? v12[r] : 0e0f;
+                    const int l32 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o22 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
-            float v14[1];
-            /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc5[r] = acc5[r] + v13[r];
+                }
+            }
+        }
+        float v31[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v31[r] = acc5[r];
+            }
+        }
+        float v14[1];
+        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a26 = 0e0f;
-                for (int g = 0; g < 16; g++) a26 = a26 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v14[r] = a26;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v14[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a38 = 0e0f;
+            for (int g = 0; g < 16; g++) a38 = a38 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a38;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v14[0];
         }
         float v15[1];
         {
@@ -4069,25 +4213,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o30 = 0; o30 < s1; o30 += 8192) {
+        for (long long o42 = 0; o42 < s1; o42 += 8192) {
             float v18[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l33 = (int)((unsigned)e / 8192u % 1u);
-                const int l34 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l33) * args.input_strides[0][0] + (o30 + l34) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l45 = (int)((unsigned)e / 8192u % 1u);
+                const int l46 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l45) * args.input_strides[0][0] + (o42 + l46) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + l34) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o30 + (l34 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + l46) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -4128,19 +4272,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l43 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o30 + l43) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && (unsigned)(o30 + (l43 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l55 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o42 + l55) * args.input_strides[1][0];
+                if (args.input_strides[1][0] == 1 && (unsigned)(o42 + (l55 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o30 + l43) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o30 + (l43 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o30 + (l43 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o30 + (l43 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o42 + l55) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o42 + (l55 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o42 + (l55 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o42 + (l55 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -4155,19 +4299,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o30 + l48) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && (unsigned)(o30 + (l48 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l60 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o42 + l60) * args.input_strides[2][0];
+                if (args.input_strides[2][0] == 1 && (unsigned)(o42 + (l60 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o30 + l48) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o30 + (l48 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o30 + (l48 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o30 + (l48 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o42 + l60) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o42 + (l60 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o42 + (l60 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o42 + (l60 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -4181,16 +4325,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l51 = (int)((unsigned)e / 8192u % 1u);
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l51) * args.output_strides[0] + (o30 + l52) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l63 = (int)((unsigned)e / 8192u % 1u);
+                const int l64 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l63) * args.output_strides[0] + (o42 + l64) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + l52) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o30 + (l52 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + l64) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

@@ -838,7 +838,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 81931);
+    float* arena = (float*)malloc(sizeof(float) * 114699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -852,90 +852,122 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 81927)[l2] = (-INFINITY);
+                (arena + 98311)[l2] = (-INFINITY);
+            }
+            /* partial rmax over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                }
             }
             /* rmax softmax.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = (-INFINITY);
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 81927)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = (-INFINITY);
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 81929)[l11] = 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 98313)[l17] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 8192; l19++) {
+                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+                }
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_f16(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
-                    }
-                }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
-                    }
-                }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
-                    }
-                }
+            for (long long o20 = 0; o20 < s1; o20 += 8192) {
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    float a23 = 0e0f;
-                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
-                    (arena + 49155)[l21] = a23;
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                    }
                 }
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 49156)[l25] = (arena + 81929)[l25];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                    }
+                }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_f16(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
+                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
+            }
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 8192; l32++) {
+                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                }
+            }
+            for (long long l33 = 0; l33 < 1; l33++) {
+                float a35 = 0e0f;
+                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
+                (arena + 49155)[l33] = a35;
+            }
+            for (long long l36 = 0; l36 < 1; l36++) {
+                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 49156)[l37] = (arena + 98313)[l37];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l35 * 8192 + l36]);
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                    }
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l47 * 8192 + l48]);
                     }
                 }
             }
@@ -950,7 +982,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 81931);
+    float* arena = (float*)malloc(sizeof(float) * 114699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -964,90 +996,122 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 81927)[l2] = (-INFINITY);
+                (arena + 98311)[l2] = (-INFINITY);
+            }
+            /* partial rmax over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                }
             }
             /* rmax softmax.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_bf16(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = (-INFINITY);
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 81927)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = (-INFINITY);
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 81929)[l11] = 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 98313)[l17] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 8192; l19++) {
+                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+                }
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_bf16(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
-                    }
-                }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
-                    }
-                }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
-                    }
-                }
+            for (long long o20 = 0; o20 < s1; o20 += 8192) {
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    float a23 = 0e0f;
-                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
-                    (arena + 49155)[l21] = a23;
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                    }
                 }
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 49156)[l25] = (arena + 81929)[l25];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                    }
+                }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_bf16(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
+                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
+            }
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 8192; l32++) {
+                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                }
+            }
+            for (long long l33 = 0; l33 < 1; l33++) {
+                float a35 = 0e0f;
+                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
+                (arena + 49155)[l33] = a35;
+            }
+            for (long long l36 = 0; l36 < 1; l36++) {
+                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 49156)[l37] = (arena + 98313)[l37];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_bf16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l35 * 8192 + l36]);
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                    }
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l47 * 8192 + l48]);
                     }
                 }
             }
@@ -1062,7 +1126,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 81931);
+    float* arena = (float*)malloc(sizeof(float) * 114699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1076,90 +1140,122 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 81927)[l2] = (-INFINITY);
+                (arena + 98311)[l2] = (-INFINITY);
+            }
+            /* partial rmax over y, lane by lane */
+            for (long long l3 = 0; l3 < 1; l3++) {
+                for (long long l4 = 0; l4 < 8192; l4++) {
+                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                }
             }
             /* rmax softmax.tensorize(y:8192) */
-            for (long long o3 = 0; o3 < s1; o3 += 8192) {
-                for (long long l4 = 0; l4 < 1; l4++) {
-                    for (long long l5 = 0; l5 < 8192; l5++) {
-                        (arena + 0)[l4 * 8192 + l5] = (o1 + l4 < s0 && o3 + l5 < s1) ? dt_load_f32(in0[(o1 + l4) * args->input_strides[0][0] + (o3 + l5) * args->input_strides[0][1]]) : (-INFINITY);
+            for (long long o5 = 0; o5 < s1; o5 += 8192) {
+                for (long long l6 = 0; l6 < 1; l6++) {
+                    for (long long l7 = 0; l7 < 8192; l7++) {
+                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    float a8 = (-INFINITY);
-                    for (long long r7 = 0; r7 < 8192; r7++) a8 = fmaxf(a8, (arena + 0)[l6 * 8192 + r7 * 1]);
-                    (arena + 16384)[l6] = a8;
-                }
-                for (long long l9 = 0; l9 < 1; l9++) {
-                    (arena + 81927)[l9] = fmaxf((arena + 81927)[l9], (arena + 16384)[l9]);
+                for (long long l8 = 0; l8 < 1; l8++) {
+                    for (long long l9 = 0; l9 < 8192; l9++) {
+                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
+                    }
                 }
             }
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 16385)[l10] = (arena + 81927)[l10];
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
+                }
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                float a14 = (-INFINITY);
+                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
+                (arena + 16384)[l12] = a14;
+            }
+            for (long long l15 = 0; l15 < 1; l15++) {
+                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
+            }
+            for (long long l16 = 0; l16 < 1; l16++) {
+                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l11 = 0; l11 < 1; l11++) {
-                (arena + 81929)[l11] = 0e0f;
+            for (long long l17 = 0; l17 < 1; l17++) {
+                (arena + 98313)[l17] = 0e0f;
+            }
+            /* partial rsum over y, lane by lane */
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 8192; l19++) {
+                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+                }
             }
             /* rsum softmax.tensorize(y:8192) */
-            for (long long o12 = 0; o12 < s1; o12 += 8192) {
-                for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 16386)[l13 * 8192 + l14] = (o1 + l13 < s0 && o12 + l14 < s1) ? dt_load_f32(in0[(o1 + l13) * args->input_strides[0][0] + (o12 + l14) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 24579)[l15 * 8192 + l16] = ((arena + 16386)[l15 * 8192 + l16] - (arena + 16385)[l15]);
-                    }
-                }
-                for (long long l17 = 0; l17 < 1; l17++) {
-                    for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 32771)[l17 * 8192 + l18] = expf((arena + 24579)[l17 * 8192 + l18]);
-                    }
-                }
-                for (long long l19 = 0; l19 < 1; l19++) {
-                    for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 40963)[l19 * 8192 + l20] = (o12 + l20 < s1) ? (arena + 32771)[l19 * 8192 + l20] : 0e0f;
-                    }
-                }
+            for (long long o20 = 0; o20 < s1; o20 += 8192) {
                 for (long long l21 = 0; l21 < 1; l21++) {
-                    float a23 = 0e0f;
-                    for (long long r22 = 0; r22 < 8192; r22++) a23 = a23 + (arena + 40963)[l21 * 8192 + r22 * 1];
-                    (arena + 49155)[l21] = a23;
+                    for (long long l22 = 0; l22 < 8192; l22++) {
+                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                    }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    (arena + 81929)[l24] = (arena + 81929)[l24] + (arena + 49155)[l24];
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                    }
                 }
-            }
-            for (long long l25 = 0; l25 < 1; l25++) {
-                (arena + 49156)[l25] = (arena + 81929)[l25];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o26 = 0; o26 < s1; o26 += 8192) {
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                    }
+                }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 49157)[l27 * 8192 + l28] = (o1 + l27 < s0 && o26 + l28 < s1) ? dt_load_f32(in0[(o1 + l27) * args->input_strides[0][0] + (o26 + l28) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 57350)[l29 * 8192 + l30] = ((arena + 49157)[l29 * 8192 + l30] - (arena + 16385)[l29]);
+                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
                     }
                 }
-                for (long long l31 = 0; l31 < 1; l31++) {
-                    for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 65542)[l31 * 8192 + l32] = expf((arena + 57350)[l31 * 8192 + l32]);
+            }
+            for (long long l31 = 0; l31 < 1; l31++) {
+                for (long long l32 = 0; l32 < 8192; l32++) {
+                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                }
+            }
+            for (long long l33 = 0; l33 < 1; l33++) {
+                float a35 = 0e0f;
+                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
+                (arena + 49155)[l33] = a35;
+            }
+            for (long long l36 = 0; l36 < 1; l36++) {
+                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
+            }
+            for (long long l37 = 0; l37 < 1; l37++) {
+                (arena + 49156)[l37] = (arena + 98313)[l37];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f32(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l33 = 0; l33 < 1; l33++) {
-                    for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 73735)[l33 * 8192 + l34] = ((arena + 65542)[l33 * 8192 + l34] / (arena + 49156)[l33]);
+                for (long long l41 = 0; l41 < 1; l41++) {
+                    for (long long l42 = 0; l42 < 8192; l42++) {
+                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
                     }
                 }
-                for (long long l35 = 0; l35 < 1; l35++) {
-                    for (long long l36 = 0; l36 < 8192; l36++) {
-                        if (o1 + l35 < s0 && o26 + l36 < s1) out[(o1 + l35) * args->output_strides[0] + (o26 + l36) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l35 * 8192 + l36]);
+                for (long long l43 = 0; l43 < 1; l43++) {
+                    for (long long l44 = 0; l44 < 8192; l44++) {
+                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                    }
+                }
+                for (long long l45 = 0; l45 < 1; l45++) {
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                    }
+                }
+                for (long long l47 = 0; l47 < 1; l47++) {
+                    for (long long l48 = 0; l48 < 8192; l48++) {
+                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l47 * 8192 + l48]);
                     }
                 }
             }

@@ -2030,28 +2030,37 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        /* rmax softmax.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
-            float v0[8];
-            uint4 q4[1];
-            bool f5[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+        /* partial rmax over y, lane by lane */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
             }
+        }
+        /* rmax softmax.tensorize(y:8192) */
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+            float v0[8];
+            uint4 q6[1];
+            bool f7[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
-                if (f5[c]) {
-                    const uint4 q = q4[c];
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 8192u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                if (f7[c]) {
+                    const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2061,43 +2070,58 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
-            float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+        }
+        float v17[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = (-INFINITY);
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
-                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a11 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a11 = fmaxf(a11, ((dt_smem + 0) + 0)[g * 1 + e]);
-                v2[r] = a11;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = fmaxf(acc0[r], v2[0]);
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a17 = fmaxf(a17, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
         {
@@ -2112,28 +2136,37 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o15 = 0; o15 < s1; o15 += 8192) {
+        for (long long o23 = 0; o23 < s1; o23 += 8192) {
             float v4[8];
-            uint4 q16[1];
-            bool f17[1];
+            uint4 q24[1];
+            bool f25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l18 = (int)((unsigned)e / 8192u % 1u);
-                const int l19 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
-                f17[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o15 + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f17[c]) q16[c] = *(const uint4*)(in0 + a);
+                const int l26 = (int)((unsigned)e / 8192u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l26) * args.input_strides[0][0] + (o23 + l27) * args.input_strides[0][1];
+                f25[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l20) * args.input_strides[0][0] + (o15 + l21) * args.input_strides[0][1];
-                if (f17[c]) {
-                    const uint4 q = q16[c];
+                const int l28 = (int)((unsigned)e / 8192u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l28) * args.input_strides[0][0] + (o23 + l29) * args.input_strides[0][1];
+                if (f25[c]) {
+                    const uint4 q = q24[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2143,14 +2176,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + l21) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[8];
@@ -2174,37 +2207,52 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l27 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o15 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l35 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o23 + l35) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = acc5[r] + v8[r];
+                }
+            }
+        }
+        float v18[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v18[r] = acc5[r];
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v18[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a29 = 0e0f;
-                for (int g = 0; g < 32; g++) a29 = a29 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v9[r] = a29;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v9[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a41 = 0e0f;
+            for (int g = 0; g < 32; g++) a41 = a41 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a41;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
         {
@@ -2213,27 +2261,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o32 = 0; o32 < s1; o32 += 8192) {
+        for (long long o44 = 0; o44 < s1; o44 += 8192) {
             float v11[8];
-            uint4 q33[1];
-            bool f34[1];
+            uint4 q45[1];
+            bool f46[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l35 = (int)((unsigned)e / 8192u % 1u);
-                const int l36 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
-                f34[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l35) < (unsigned)s0 && (unsigned)(o32 + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f34[c]) q33[c] = *(const uint4*)(in0 + a);
+                const int l47 = (int)((unsigned)e / 8192u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l47) * args.input_strides[0][0] + (o44 + l48) * args.input_strides[0][1];
+                f46[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 8192u % 1u);
-                const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o32 + l38) * args.input_strides[0][1];
-                if (f34[c]) {
-                    const uint4 q = q33[c];
+                const int l49 = (int)((unsigned)e / 8192u % 1u);
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l49) * args.input_strides[0][0] + (o44 + l50) * args.input_strides[0][1];
+                if (f46[c]) {
+                    const uint4 q = q45[c];
                     v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
@@ -2243,14 +2291,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + l38) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[8];
@@ -2280,20 +2328,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l45 = (int)((unsigned)e / 8192u % 1u);
-                const int l46 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l57 = (int)((unsigned)e / 8192u % 1u);
+                const int l58 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l57) * args.output_strides[0] + (o44 + l58) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2325,28 +2373,37 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        /* rmax softmax.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
-            float v0[8];
-            uint4 q4[1];
-            bool f5[1];
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                f5[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f5[c]) q4[c] = *(const uint4*)(in0 + a);
+        /* partial rmax over y, lane by lane */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                acc4[r] = (-INFINITY);
             }
+        }
+        /* rmax softmax.tensorize(y:8192) */
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+            float v0[8];
+            uint4 q6[1];
+            bool f7[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o3 + l9) * args.input_strides[0][1];
-                if (f5[c]) {
-                    const uint4 q = q4[c];
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+            }
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l10 = (int)((unsigned)e / 8192u % 1u);
+                const int l11 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                if (f7[c]) {
+                    const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2356,43 +2413,58 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + l9) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o3 + (l9 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
-            float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+        }
+        float v17[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = (-INFINITY);
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
-                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a11 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a11 = fmaxf(a11, ((dt_smem + 0) + 0)[g * 1 + e]);
-                v2[r] = a11;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = fmaxf(acc0[r], v2[0]);
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a17 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a17 = fmaxf(a17, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a17;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
         {
@@ -2407,28 +2479,37 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o15 = 0; o15 < s1; o15 += 8192) {
+        for (long long o23 = 0; o23 < s1; o23 += 8192) {
             float v4[8];
-            uint4 q16[1];
-            bool f17[1];
+            uint4 q24[1];
+            bool f25[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l18 = (int)((unsigned)e / 8192u % 1u);
-                const int l19 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l18) * args.input_strides[0][0] + (o15 + l19) * args.input_strides[0][1];
-                f17[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o15 + (l19 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f17[c]) q16[c] = *(const uint4*)(in0 + a);
+                const int l26 = (int)((unsigned)e / 8192u % 1u);
+                const int l27 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l26) * args.input_strides[0][0] + (o23 + l27) * args.input_strides[0][1];
+                f25[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l20) * args.input_strides[0][0] + (o15 + l21) * args.input_strides[0][1];
-                if (f17[c]) {
-                    const uint4 q = q16[c];
+                const int l28 = (int)((unsigned)e / 8192u % 1u);
+                const int l29 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l28) * args.input_strides[0][0] + (o23 + l29) * args.input_strides[0][1];
+                if (f25[c]) {
+                    const uint4 q = q24[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2438,14 +2519,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + l21) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o15 + (l21 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[8];
@@ -2469,37 +2550,52 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l27 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o15 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l35 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o23 + l35) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = acc5[r] + v8[r];
+                }
+            }
+        }
+        float v18[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+            (void)e; {
+                v18[r] = acc5[r];
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v18[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a29 = 0e0f;
-                for (int g = 0; g < 32; g++) a29 = a29 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v9[r] = a29;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v9[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a41 = 0e0f;
+            for (int g = 0; g < 32; g++) a41 = a41 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a41;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
         {
@@ -2508,27 +2604,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o32 = 0; o32 < s1; o32 += 8192) {
+        for (long long o44 = 0; o44 < s1; o44 += 8192) {
             float v11[8];
-            uint4 q33[1];
-            bool f34[1];
+            uint4 q45[1];
+            bool f46[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l35 = (int)((unsigned)e / 8192u % 1u);
-                const int l36 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l35) * args.input_strides[0][0] + (o32 + l36) * args.input_strides[0][1];
-                f34[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l35) < (unsigned)s0 && (unsigned)(o32 + (l36 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f34[c]) q33[c] = *(const uint4*)(in0 + a);
+                const int l47 = (int)((unsigned)e / 8192u % 1u);
+                const int l48 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l47) * args.input_strides[0][0] + (o44 + l48) * args.input_strides[0][1];
+                f46[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l37 = (int)((unsigned)e / 8192u % 1u);
-                const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l37) * args.input_strides[0][0] + (o32 + l38) * args.input_strides[0][1];
-                if (f34[c]) {
-                    const uint4 q = q33[c];
+                const int l49 = (int)((unsigned)e / 8192u % 1u);
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l49) * args.input_strides[0][0] + (o44 + l50) * args.input_strides[0][1];
+                if (f46[c]) {
+                    const uint4 q = q45[c];
                     v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
                     v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
                     v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
@@ -2538,14 +2634,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + l38) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o32 + (l38 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[8];
@@ -2575,20 +2671,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l45 = (int)((unsigned)e / 8192u % 1u);
-                const int l46 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l45) * args.output_strides[0] + (o32 + l46) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l57 = (int)((unsigned)e / 8192u % 1u);
+                const int l58 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l57) * args.output_strides[0] + (o44 + l58) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + l46) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o32 + (l46 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2620,55 +2716,79 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
+        /* partial rmax over y, lane by lane */
+        float acc4[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                acc4[r] = (-INFINITY);
+            }
+        }
         /* rmax softmax.tensorize(y:8192) */
-        for (long long o3 = 0; o3 < s1; o3 += 8192) {
+        for (long long o5 = 0; o5 < s1; o5 += 8192) {
             float v0[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l6) * args.input_strides[0][0] + (o3 + l7) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l8 = (int)((unsigned)e / 8192u % 1u);
+                const int l9 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o3 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
-            float v2[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+        }
+        float v17[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v17[r] = acc4[r];
+            }
+        }
+        float v2[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = (-INFINITY);
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = (-INFINITY);
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
-                    for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
+                for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a9 = (-INFINITY);
-                for (int g = 0; g < 32; g++) a9 = fmaxf(a9, ((dt_smem + 0) + 0)[g * 1 + e]);
-                v2[r] = a9;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc0[r] = fmaxf(acc0[r], v2[0]);
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a15 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a15 = fmaxf(a15, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a15;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc0[r] = fmaxf(acc0[r], v2[0]);
         }
         float v3[1];
         {
@@ -2683,26 +2803,35 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
+        /* partial rsum over y, lane by lane */
+        float acc5[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o13 = 0; o13 < s1; o13 += 8192) {
+        for (long long o21 = 0; o21 < s1; o21 += 8192) {
             float v4[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l16 = (int)((unsigned)e / 8192u % 1u);
-                const int l17 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l16) * args.input_strides[0][0] + (o13 + l17) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l24 = (int)((unsigned)e / 8192u % 1u);
+                const int l25 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l24) * args.input_strides[0][0] + (o21 + l25) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + l17) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o13 + (l17 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + l25) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[8];
@@ -2726,37 +2855,52 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l23 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o13 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l31 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o21 + l31) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v9[1];
-            /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
-            {
-                float p[1];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc5[r] = acc5[r] + v8[r];
+                }
+            }
+        }
+        float v18[8];
+        #pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+            (void)e; {
+                v18[r] = acc5[r];
+            }
+        }
+        float v9[1];
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
+        {
+            float p[1];
+            #pragma unroll
+            for (int i = 0; i < 1; i++) {
+                p[i] = 0e0f;
                 #pragma unroll
-                for (int i = 0; i < 1; i++) {
-                    p[i] = 0e0f;
-                    #pragma unroll
-                    for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
-                    for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
-                }
-                __syncthreads();
-                if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
-                __syncthreads();
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v18[i * 8 + q];
+                for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                float a25 = 0e0f;
-                for (int g = 0; g < 32; g++) a25 = a25 + ((dt_smem + 0) + 0)[g * 1 + e];
-                v9[r] = a25;
-            }
-            {
-                const int r = 0, e = 0;
-                (void)r; (void)e;
-                acc2[r] = acc2[r] + v9[0];
-            }
+            __syncthreads();
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
+            __syncthreads();
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            float a37 = 0e0f;
+            for (int g = 0; g < 32; g++) a37 = a37 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a37;
+        }
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = acc2[r] + v9[0];
         }
         float v10[1];
         {
@@ -2765,25 +2909,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o28 = 0; o28 < s1; o28 += 8192) {
+        for (long long o40 = 0; o40 < s1; o40 += 8192) {
             float v11[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l31 = (int)((unsigned)e / 8192u % 1u);
-                const int l32 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l31) * args.input_strides[0][0] + (o28 + l32) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l43 = (int)((unsigned)e / 8192u % 1u);
+                const int l44 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l43) * args.input_strides[0][0] + (o40 + l44) * args.input_strides[0][1];
+                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + l32) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l31) < (unsigned)s0 && (unsigned)(o28 + (l32 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + l44) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[8];
@@ -2813,16 +2957,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l39) * args.output_strides[0] + (o28 + l40) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l51 = (int)((unsigned)e / 8192u % 1u);
+                const int l52 = (int)((unsigned)e / 1u % 8192u);
+                const long long a = (o1 + l51) * args.output_strides[0] + (o40 + l52) * args.output_strides[1];
+                if (args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + l40) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o28 + (l40 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + l52) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

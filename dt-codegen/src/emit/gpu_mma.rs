@@ -303,7 +303,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
     let mut fused = Vec::new();
     let mut direct = Vec::new();
     find_fusable(&k.body, &mut fused, &mut direct);
-    let uses = use_counts(k);
+    let uses = k.use_counts();
     for (dot, var) in fused {
         let Some(i) = p.dots.iter().position(|(x, _)| *x == dot) else { continue };
         if uses[dot.0 as usize] == 1 && p.vars[var.0 as usize] == p.values[dot.0 as usize] && k.var(var) == &k.value(dot).shape {
@@ -398,22 +398,6 @@ fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut 
     }
 }
 
-/// How many times each value is read.
-fn use_counts(k: &Kernel) -> Vec<usize> {
-    fn walk(stmts: &[Stmt], n: &mut [usize]) {
-        for s in stmts {
-            match s {
-                Stmt::Let { op, .. } => op.operands().into_iter().for_each(|o| n[o.0 as usize] += 1),
-                Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
-                Stmt::Loop(l) => walk(&l.body, n),
-                Stmt::Init { .. } => {}
-            }
-        }
-    }
-    let mut n = vec![0; k.values.len()];
-    walk(&k.body, &mut n);
-    n
-}
 
 /// Whether every element of `v` is exactly representable in `dtype`, so staging it as 16-bit
 /// values loses nothing: loads (of `dtype` data), and those masked with a representable fill.

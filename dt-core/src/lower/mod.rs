@@ -9,12 +9,15 @@
 //!    included) are computed once.
 //! 5. [`masks::drop_redundant_masks`]: a mask whose work the load under it can do goes.
 //! 6. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
-//! 7. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 7. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
+//!    chunks lane by lane and reduces across lanes once, after the loop.
+//! 8. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
 mod cse;
 mod dead;
+mod defer;
 mod grid;
 mod layout;
 mod masks;
@@ -76,6 +79,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("masks", &kernel);
     dead::drop_dead_code(&mut kernel);
     log("dead", &kernel);
+    defer::defer_lane_reductions(&mut kernel);
+    log("defer", &kernel);
     layout::assign_layouts(&mut kernel);
     log("layout", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
