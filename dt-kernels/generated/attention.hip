@@ -378,11 +378,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
                                     if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -400,11 +400,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
                                     if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -559,11 +559,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
                                     if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -581,11 +581,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
                                     if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -721,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                 for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -753,11 +753,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
                                         if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8)) * args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -775,11 +775,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
                                         if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8)) * args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -853,7 +853,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                             v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -861,7 +861,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o135 + l174) * args.input_strides[2][2] + (o130 + l173) * args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -876,11 +876,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -893,7 +893,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                                 v35[r] = a183;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -902,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         }
                     }
                     float v36[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -914,7 +914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -931,18 +931,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(const dt_args
                         const int l197 = (int)((unsigned)e / 8192u % 1u);
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o130 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_f16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_f16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_f16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1031,11 +1031,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l20 = (int)((unsigned)e / 4u % 64u);
                                     const int l21 = (int)((unsigned)e / 1u % 4u);
                                     if (vec17 && (unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8)], &in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l18) * args.input_strides[0][0] + (o2 + l19) * args.input_strides[0][1] + (o3 + l20) * args.input_strides[0][2] + (o16 + (l21 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l20 * 40 + (l21 * 8 + q)] = ((unsigned)(o1 + l18) < (unsigned)s0 && (unsigned)(o2 + l19) < (unsigned)s1 && (unsigned)(o3 + l20) < (unsigned)s2 && (unsigned)(o16 + (l21 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l18) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l19) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l20) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + (l21 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1053,11 +1053,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l25 = (int)((unsigned)e / 4u % 64u);
                                     const int l26 = (int)((unsigned)e / 1u % 4u);
                                     if (vec22 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8)], &in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l23) * args.input_strides[1][0] + (o2 + l24) * args.input_strides[1][1] + (o11 + l25) * args.input_strides[1][2] + (o16 + (l26 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l25 * 40 + (l26 * 8 + q)] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o11 + l25) < (unsigned)s3 && (unsigned)(o16 + (l26 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l23) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l25) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + (l26 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1212,11 +1212,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l79 = (int)((unsigned)e / 4u % 64u);
                                     const int l80 = (int)((unsigned)e / 1u % 4u);
                                     if (vec76 && (unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8)], &in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l77) * args.input_strides[0][0] + (o2 + l78) * args.input_strides[0][1] + (o3 + l79) * args.input_strides[0][2] + (o75 + (l80 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l79 * 40 + (l80 * 8 + q)] = ((unsigned)(o1 + l77) < (unsigned)s0 && (unsigned)(o2 + l78) < (unsigned)s1 && (unsigned)(o3 + l79) < (unsigned)s2 && (unsigned)(o75 + (l80 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l77) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l78) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l79) * (unsigned)args.input_strides[0][2] + (unsigned)(o75 + (l80 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1234,11 +1234,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                     const int l84 = (int)((unsigned)e / 4u % 64u);
                                     const int l85 = (int)((unsigned)e / 1u % 4u);
                                     if (vec81 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8)], &in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l82) * args.input_strides[1][0] + (o2 + l83) * args.input_strides[1][1] + (o70 + l84) * args.input_strides[1][2] + (o75 + (l85 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l84 * 40 + (l85 * 8 + q)] = ((unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o2 + l83) < (unsigned)s1 && (unsigned)(o70 + l84) < (unsigned)s3 && (unsigned)(o75 + (l85 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l82) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l83) * (unsigned)args.input_strides[1][1] + (unsigned)(o70 + l84) * (unsigned)args.input_strides[1][2] + (unsigned)(o75 + (l85 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1374,7 +1374,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                 for (long long o130 = b4 * 128; o130 < dt_min_ll(b4 * 128 + 128, s4); o130 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -1406,11 +1406,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                         const int l144 = (int)((unsigned)e / 4u % 64u);
                                         const int l145 = (int)((unsigned)e / 1u % 4u);
                                         if (vec141 && (unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8)) * args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8)], &in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l142) * args.input_strides[0][0] + (o2 + l143) * args.input_strides[0][1] + (o3 + l144) * args.input_strides[0][2] + (o140 + (l145 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l144 * 40 + (l145 * 8 + q)] = ((unsigned)(o1 + l142) < (unsigned)s0 && (unsigned)(o2 + l143) < (unsigned)s1 && (unsigned)(o3 + l144) < (unsigned)s2 && (unsigned)(o140 + (l145 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l143) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l144) * (unsigned)args.input_strides[0][2] + (unsigned)(o140 + (l145 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1428,11 +1428,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                         const int l149 = (int)((unsigned)e / 4u % 64u);
                                         const int l150 = (int)((unsigned)e / 1u % 4u);
                                         if (vec146 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8)) * args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8)], &in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l147) * args.input_strides[1][0] + (o2 + l148) * args.input_strides[1][1] + (o135 + l149) * args.input_strides[1][2] + (o140 + (l150 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l149 * 40 + (l150 * 8 + q)] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o135 + l149) < (unsigned)s3 && (unsigned)(o140 + (l150 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l147) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[1][1] + (unsigned)(o135 + l149) * (unsigned)args.input_strides[1][2] + (unsigned)(o140 + (l150 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -1506,7 +1506,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                             v33[r] = ((unsigned)(o135 + l170) < (unsigned)s3) ? v32[r] : 0e0f;
                         }
                         float v34[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -1514,7 +1514,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 const int l172 = (int)((unsigned)e / 8192u % 1u);
                                 const int l173 = (int)((unsigned)e / 64u % 128u);
                                 const int l174 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l171) * args.input_strides[2][0] + (o2 + l172) * args.input_strides[2][1] + (o135 + l174) * args.input_strides[2][2] + (o130 + l173) * args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o135 + l174) < (unsigned)s3 && (unsigned)(o130 + l173) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l171) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[2][1] + (unsigned)(o135 + l174) * (unsigned)args.input_strides[2][2] + (unsigned)(o130 + l173) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1529,11 +1529,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -1546,7 +1546,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                                 v35[r] = a183;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -1555,7 +1555,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         }
                     }
                     float v36[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -1567,7 +1567,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -1584,18 +1584,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(const dt_arg
                         const int l197 = (int)((unsigned)e / 8192u % 1u);
                         const int l198 = (int)((unsigned)e / 128u % 64u);
                         const int l199 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l196) * args.output_strides[0] + (o2 + l197) * args.output_strides[1] + (o3 + l198) * args.output_strides[2] + (o130 + l199) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l196) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l197) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l198) * (unsigned)args.output_strides[2] + (unsigned)(o130 + l199) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v38[c * 8 + 0], v38[c * 8 + 1]), dt_pack2_bf16(v38[c * 8 + 2], v38[c * 8 + 3]), dt_pack2_bf16(v38[c * 8 + 4], v38[c * 8 + 5]), dt_pack2_bf16(v38[c * 8 + 6], v38[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
-                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + l199) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 0]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 1]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 2]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 3]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 4]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 5]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 6]);
+                            if ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o3 + l198) < (unsigned)s2 && (unsigned)(o130 + (l199 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[c * 8 + 7]);
                         }
                     }
                 }
@@ -1683,18 +1683,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l20 = (int)((unsigned)e / 2048u % 1u);
                             const int l21 = (int)((unsigned)e / 32u % 64u);
                             const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l19) * args.input_strides[0][0] + (o2 + l20) * args.input_strides[0][1] + (o3 + l21) * args.input_strides[0][2] + (o16 + l22) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l22) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
@@ -1705,18 +1705,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l26 = (int)((unsigned)e / 2048u % 1u);
                             const int l27 = (int)((unsigned)e / 32u % 64u);
                             const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l25) * args.input_strides[1][0] + (o2 + l26) * args.input_strides[1][1] + (o11 + l27) * args.input_strides[1][2] + (o16 + l28) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l28) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1883,18 +1883,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l86 = (int)((unsigned)e / 2048u % 1u);
                             const int l87 = (int)((unsigned)e / 32u % 64u);
                             const int l88 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l85) * args.input_strides[0][0] + (o2 + l86) * args.input_strides[0][1] + (o3 + l87) * args.input_strides[0][2] + (o82 + l88) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l86) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l87) * (unsigned)args.input_strides[0][2] + (unsigned)(o82 + l88) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + l88) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + l88) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
@@ -1905,18 +1905,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             const int l92 = (int)((unsigned)e / 2048u % 1u);
                             const int l93 = (int)((unsigned)e / 32u % 64u);
                             const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l91) * args.input_strides[1][0] + (o2 + l92) * args.input_strides[1][1] + (o77 + l93) * args.input_strides[1][2] + (o82 + l94) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[1][1] + (unsigned)(o77 + l93) * (unsigned)args.input_strides[1][2] + (unsigned)(o82 + l94) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + l94) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + l94) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2071,7 +2071,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                 for (long long o144 = b4 * 128; o144 < dt_min_ll(b4 * 128 + 128, s4); o144 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -2099,18 +2099,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l158 = (int)((unsigned)e / 2048u % 1u);
                                 const int l159 = (int)((unsigned)e / 32u % 64u);
                                 const int l160 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l157) * args.input_strides[0][0] + (o2 + l158) * args.input_strides[0][1] + (o3 + l159) * args.input_strides[0][2] + (o154 + l160) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const unsigned a = (unsigned)(o1 + l157) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l158) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l159) * (unsigned)args.input_strides[0][2] + (unsigned)(o154 + l160) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + l160) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 1] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 2] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 3] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + l160) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
@@ -2121,18 +2121,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l164 = (int)((unsigned)e / 2048u % 1u);
                                 const int l165 = (int)((unsigned)e / 32u % 64u);
                                 const int l166 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l163) * args.input_strides[1][0] + (o2 + l164) * args.input_strides[1][1] + (o149 + l165) * args.input_strides[1][2] + (o154 + l166) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l164) * (unsigned)args.input_strides[1][1] + (unsigned)(o149 + l165) * (unsigned)args.input_strides[1][2] + (unsigned)(o154 + l166) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + l166) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + l166) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -2226,7 +2226,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             }
                         }
                         float v34[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -2234,7 +2234,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 const int l197 = (int)((unsigned)e / 8192u % 1u);
                                 const int l198 = (int)((unsigned)e / 64u % 128u);
                                 const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o149 + l199) < (unsigned)s3 && (unsigned)(o144 + l198) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l196) * args.input_strides[2][0] + (o2 + l197) * args.input_strides[2][1] + (o149 + l199) * args.input_strides[2][2] + (o144 + l198) * args.input_strides[2][3]]) : 0e0f;
+                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o149 + l199) < (unsigned)s3 && (unsigned)(o144 + l198) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l196) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l197) * (unsigned)args.input_strides[2][1] + (unsigned)(o149 + l199) * (unsigned)args.input_strides[2][2] + (unsigned)(o144 + l198) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2242,11 +2242,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v33[r]; }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
                         __syncthreads();
                         float v35[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -2259,7 +2259,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                                 v35[r] = a204;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -2268,7 +2268,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     float v36[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -2280,7 +2280,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
                     __syncthreads();
                     float v38[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -2297,14 +2297,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         const int l218 = (int)((unsigned)e / 8192u % 1u);
                         const int l219 = (int)((unsigned)e / 128u % 64u);
                         const int l220 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l217) * args.output_strides[0] + (o2 + l218) * args.output_strides[1] + (o3 + l219) * args.output_strides[2] + (o144 + l220) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l217) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l218) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l219) * (unsigned)args.output_strides[2] + (unsigned)(o144 + l220) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + l220) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + l220) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -2429,11 +2429,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
                                     if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2451,11 +2451,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
                                     if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2669,11 +2669,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
                                     if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2691,11 +2691,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
                                     if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2854,7 +2854,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                 for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -2922,11 +2922,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
                                         if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8)) * args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -2944,11 +2944,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
                                         if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8)) * args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3045,7 +3045,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                             v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3053,7 +3053,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(o1 + l195) * args.input_strides[2][0] + (o2 + l196) * args.input_strides[2][1] + (o151 + l198) * args.input_strides[2][2] + (o146 + l197) * args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_f16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3068,11 +3068,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3085,7 +3085,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                                 v53[r] = a207;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3094,7 +3094,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         }
                     }
                     float v54[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -3106,7 +3106,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -3123,18 +3123,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(const 
                         const int l221 = (int)((unsigned)e / 8192u % 1u);
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l220) * args.output_strides[0] + (o2 + l221) * args.output_strides[1] + (o3 + l222) * args.output_strides[2] + (o146 + l223) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_f16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_f16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_f16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_f16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -3259,11 +3259,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l24 = (int)((unsigned)e / 4u % 64u);
                                     const int l25 = (int)((unsigned)e / 1u % 4u);
                                     if (vec21 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l22) * args.input_strides[0][0] + (o2 + l23) * args.input_strides[0][1] + (o3 + l24) * args.input_strides[0][2] + (o20 + (l25 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l24 * 40 + (l25 * 8 + q)] = ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(o2 + l23) < (unsigned)s1 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3281,11 +3281,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l29 = (int)((unsigned)e / 4u % 64u);
                                     const int l30 = (int)((unsigned)e / 1u % 4u);
                                     if (vec26 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l27) * args.input_strides[1][0] + (o2 + l28) * args.input_strides[1][1] + (o11 + l29) * args.input_strides[1][2] + (o20 + (l30 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l29 * 40 + (l30 * 8 + q)] = ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1 && (unsigned)(o11 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3499,11 +3499,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l91 = (int)((unsigned)e / 4u % 64u);
                                     const int l92 = (int)((unsigned)e / 1u % 4u);
                                     if (vec88 && (unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8)) * args.input_strides[0][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8)], &in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l89) * args.input_strides[0][0] + (o2 + l90) * args.input_strides[0][1] + (o3 + l91) * args.input_strides[0][2] + (o87 + (l92 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l91 * 40 + (l92 * 8 + q)] = ((unsigned)(o1 + l89) < (unsigned)s0 && (unsigned)(o2 + l90) < (unsigned)s1 && (unsigned)(o3 + l91) < (unsigned)s2 && (unsigned)(o87 + (l92 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l89) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l90) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l91) * (unsigned)args.input_strides[0][2] + (unsigned)(o87 + (l92 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3521,11 +3521,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                     const int l96 = (int)((unsigned)e / 4u % 64u);
                                     const int l97 = (int)((unsigned)e / 1u % 4u);
                                     if (vec93 && (unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8)) * args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8)], &in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l94) * args.input_strides[1][0] + (o2 + l95) * args.input_strides[1][1] + (o78 + l96) * args.input_strides[1][2] + (o87 + (l97 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4096))[l96 * 40 + (l97 * 8 + q)] = ((unsigned)(o1 + l94) < (unsigned)s0 && (unsigned)(o2 + l95) < (unsigned)s1 && (unsigned)(o78 + l96) < (unsigned)s3 && (unsigned)(o87 + (l97 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l94) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l95) * (unsigned)args.input_strides[1][1] + (unsigned)(o78 + l96) * (unsigned)args.input_strides[1][2] + (unsigned)(o87 + (l97 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3684,7 +3684,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                 for (long long o146 = b4 * 128; o146 < dt_min_ll(b4 * 128 + 128, s4); o146 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -3752,11 +3752,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                         const int l164 = (int)((unsigned)e / 4u % 64u);
                                         const int l165 = (int)((unsigned)e / 1u % 4u);
                                         if (vec161 && (unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8)) * args.input_strides[0][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8)], &in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8)) * (unsigned)args.input_strides[0][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(o1 + l162) * args.input_strides[0][0] + (o2 + l163) * args.input_strides[0][1] + (o3 + l164) * args.input_strides[0][2] + (o160 + (l165 * 8 + q)) * args.input_strides[0][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 0))[l164 * 40 + (l165 * 8 + q)] = ((unsigned)(o1 + l162) < (unsigned)s0 && (unsigned)(o2 + l163) < (unsigned)s1 && (unsigned)(o3 + l164) < (unsigned)s2 && (unsigned)(o160 + (l165 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l163) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l164) * (unsigned)args.input_strides[0][2] + (unsigned)(o160 + (l165 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3774,11 +3774,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                         const int l169 = (int)((unsigned)e / 4u % 64u);
                                         const int l170 = (int)((unsigned)e / 1u % 4u);
                                         if (vec166 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + 7)) < (unsigned)s5) {
-                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8)) * args.input_strides[1][3]]);
+                                            dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8)], &in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8)) * (unsigned)args.input_strides[1][3]]);
                                         } else {
                                             #pragma unroll
                                             for (int q = 0; q < 8; q++) {
-                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(o1 + l167) * args.input_strides[1][0] + (o2 + l168) * args.input_strides[1][1] + (o151 + l169) * args.input_strides[1][2] + (o160 + (l170 * 8 + q)) * args.input_strides[1][3]] : (unsigned short)0;
+                                                ((unsigned short*)(dt_smem + 4096))[l169 * 40 + (l170 * 8 + q)] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o151 + l169) < (unsigned)s3 && (unsigned)(o160 + (l170 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l167) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[1][1] + (unsigned)(o151 + l169) * (unsigned)args.input_strides[1][2] + (unsigned)(o160 + (l170 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                             }
                                         }
                                     }
@@ -3875,7 +3875,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                             v51[r] = ((unsigned)(o151 + l194) < (unsigned)s3) ? v50[r] : 0e0f;
                         }
                         float v52[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3883,7 +3883,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 const int l196 = (int)((unsigned)e / 8192u % 1u);
                                 const int l197 = (int)((unsigned)e / 64u % 128u);
                                 const int l198 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(o1 + l195) * args.input_strides[2][0] + (o2 + l196) * args.input_strides[2][1] + (o151 + l198) * args.input_strides[2][2] + (o146 + l197) * args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o1 + l195) < (unsigned)s0 && (unsigned)(o2 + l196) < (unsigned)s1 && (unsigned)(o151 + l198) < (unsigned)s3 && (unsigned)(o146 + l197) < (unsigned)s4) ? dt_load_bf16(in2[(unsigned)(o1 + l195) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l196) * (unsigned)args.input_strides[2][1] + (unsigned)(o151 + l198) * (unsigned)args.input_strides[2][2] + (unsigned)(o146 + l197) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -3898,11 +3898,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 8) * 256 + tid) * 8 + r % 8; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3915,7 +3915,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                                 v53[r] = a207;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                             (void)e; {
@@ -3924,7 +3924,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         }
                     }
                     float v54[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -3936,7 +3936,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                         (void)e; {
@@ -3953,18 +3953,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(const
                         const int l221 = (int)((unsigned)e / 8192u % 1u);
                         const int l222 = (int)((unsigned)e / 128u % 64u);
                         const int l223 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l220) * args.output_strides[0] + (o2 + l221) * args.output_strides[1] + (o3 + l222) * args.output_strides[2] + (o146 + l223) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l220) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l221) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l222) * (unsigned)args.output_strides[2] + (unsigned)(o146 + l223) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v56[c * 8 + 0], v56[c * 8 + 1]), dt_pack2_bf16(v56[c * 8 + 2], v56[c * 8 + 3]), dt_pack2_bf16(v56[c * 8 + 4], v56[c * 8 + 5]), dt_pack2_bf16(v56[c * 8 + 6], v56[c * 8 + 7]));
                         } else {
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
-                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + l223) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 0]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 1]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 2]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 3]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 4)) < (unsigned)s4) out[a + 4 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 4]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 5)) < (unsigned)s4) out[a + 5 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 5]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 6)) < (unsigned)s4) out[a + 6 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 6]);
+                            if ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o3 + l222) < (unsigned)s2 && (unsigned)(o146 + (l223 + 7)) < (unsigned)s4) out[a + 7 * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[c * 8 + 7]);
                         }
                     }
                 }
@@ -4088,18 +4088,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l24 = (int)((unsigned)e / 2048u % 1u);
                             const int l25 = (int)((unsigned)e / 32u % 64u);
                             const int l26 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l23) * args.input_strides[0][0] + (o2 + l24) * args.input_strides[0][1] + (o3 + l25) * args.input_strides[0][2] + (o20 + l26) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l26) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
@@ -4110,18 +4110,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l30 = (int)((unsigned)e / 2048u % 1u);
                             const int l31 = (int)((unsigned)e / 32u % 64u);
                             const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l29) * args.input_strides[1][0] + (o2 + l30) * args.input_strides[1][1] + (o11 + l31) * args.input_strides[1][2] + (o20 + l32) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l32) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4344,18 +4344,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l98 = (int)((unsigned)e / 2048u % 1u);
                             const int l99 = (int)((unsigned)e / 32u % 64u);
                             const int l100 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l97) * args.input_strides[0][0] + (o2 + l98) * args.input_strides[0][1] + (o3 + l99) * args.input_strides[0][2] + (o94 + l100) * args.input_strides[0][3];
-                            if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l97) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l98) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l99) * (unsigned)args.input_strides[0][2] + (unsigned)(o94 + l100) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + l100) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 1] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 2] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 3] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 0] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + l100) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
@@ -4366,18 +4366,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             const int l104 = (int)((unsigned)e / 2048u % 1u);
                             const int l105 = (int)((unsigned)e / 32u % 64u);
                             const int l106 = (int)((unsigned)e / 1u % 32u);
-                            const long long a = (o1 + l103) * args.input_strides[1][0] + (o2 + l104) * args.input_strides[1][1] + (o85 + l105) * args.input_strides[1][2] + (o94 + l106) * args.input_strides[1][3];
-                            if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l104) * (unsigned)args.input_strides[1][1] + (unsigned)(o85 + l105) * (unsigned)args.input_strides[1][2] + (unsigned)(o94 + l106) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + l106) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + l106) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4552,7 +4552,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                 for (long long o160 = b4 * 128; o160 < dt_min_ll(b4 * 128 + 128, s4); o160 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -4616,18 +4616,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l178 = (int)((unsigned)e / 2048u % 1u);
                                 const int l179 = (int)((unsigned)e / 32u % 64u);
                                 const int l180 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l177) * args.input_strides[0][0] + (o2 + l178) * args.input_strides[0][1] + (o3 + l179) * args.input_strides[0][2] + (o174 + l180) * args.input_strides[0][3];
-                                if (args.input_strides[0][3] == 1 && (unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const unsigned a = (unsigned)(o1 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l178) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l179) * (unsigned)args.input_strides[0][2] + (unsigned)(o174 + l180) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + l180) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 1] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 2] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 3] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + l180) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
@@ -4638,18 +4638,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l184 = (int)((unsigned)e / 2048u % 1u);
                                 const int l185 = (int)((unsigned)e / 32u % 64u);
                                 const int l186 = (int)((unsigned)e / 1u % 32u);
-                                const long long a = (o1 + l183) * args.input_strides[1][0] + (o2 + l184) * args.input_strides[1][1] + (o165 + l185) * args.input_strides[1][2] + (o174 + l186) * args.input_strides[1][3];
-                                if (args.input_strides[1][3] == 1 && (unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const unsigned a = (unsigned)(o1 + l183) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l184) * (unsigned)args.input_strides[1][1] + (unsigned)(o165 + l185) * (unsigned)args.input_strides[1][2] + (unsigned)(o174 + l186) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + l186) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + l186) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -4763,7 +4763,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             }
                         }
                         float v52[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -4771,7 +4771,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 const int l221 = (int)((unsigned)e / 8192u % 1u);
                                 const int l222 = (int)((unsigned)e / 64u % 128u);
                                 const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o165 + l223) < (unsigned)s3 && (unsigned)(o160 + l222) < (unsigned)s4) ? dt_load_f32(in2[(o1 + l220) * args.input_strides[2][0] + (o2 + l221) * args.input_strides[2][1] + (o165 + l223) * args.input_strides[2][2] + (o160 + l222) * args.input_strides[2][3]]) : 0e0f;
+                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o165 + l223) < (unsigned)s3 && (unsigned)(o160 + l222) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l220) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l221) * (unsigned)args.input_strides[2][1] + (unsigned)(o165 + l223) * (unsigned)args.input_strides[2][2] + (unsigned)(o160 + l222) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4779,11 +4779,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v51[r]; }
                         __syncthreads();
                         __syncthreads();
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
                         __syncthreads();
                         float v53[32];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -4796,7 +4796,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                                 v53[r] = a228;
                             }
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
@@ -4805,7 +4805,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     float v54[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -4817,7 +4817,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) { const int e = tid + r * 256; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
                     __syncthreads();
                     float v56[32];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
@@ -4834,14 +4834,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         const int l242 = (int)((unsigned)e / 8192u % 1u);
                         const int l243 = (int)((unsigned)e / 128u % 64u);
                         const int l244 = (int)((unsigned)e / 1u % 128u);
-                        const long long a = (o1 + l241) * args.output_strides[0] + (o2 + l242) * args.output_strides[1] + (o3 + l243) * args.output_strides[2] + (o160 + l244) * args.output_strides[3];
-                        if (args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const unsigned a = (unsigned)(o1 + l241) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l242) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l243) * (unsigned)args.output_strides[2] + (unsigned)(o160 + l244) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + l244) < (unsigned)s4) out[a + 0 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 1)) < (unsigned)s4) out[a + 1 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 2)) < (unsigned)s4) out[a + 2 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4) out[a + 3 * args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + l244) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

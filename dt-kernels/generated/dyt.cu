@@ -338,8 +338,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int e = (c * 64 + tid) * 8;
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -347,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int e = (c * 64 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
                     const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -359,14 +359,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -392,15 +392,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l16) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
                     const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -412,14 +412,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -437,15 +437,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l22) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
                     const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -457,14 +457,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -480,18 +480,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f16(const dt_args arg
                 const int e = (c * 64 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -538,8 +538,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int e = (c * 64 + tid) * 8;
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -547,7 +547,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int e = (c * 64 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
                     const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -559,14 +559,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -592,15 +592,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l16) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
                     const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -612,14 +612,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -637,15 +637,15 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 64 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l22) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
                     const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -657,14 +657,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -680,18 +680,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_bf16(const dt_args ar
                 const int e = (c * 64 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 1024u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -736,18 +736,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int e = (c * 64 + tid) * 4;
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -771,18 +771,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 64 + tid) * 4;
                 const int l13 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l13) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -798,18 +798,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 64 + tid) * 4;
                 const int l18 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o2 + l18) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -825,14 +825,14 @@ extern "C" __global__ void __launch_bounds__(64) dt_dyt_1k_f32(const dt_args arg
                 const int e = (c * 64 + tid) * 4;
                 const int l21 = (int)((unsigned)e / 1024u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -879,8 +879,8 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -888,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 2048u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
                     const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -900,14 +900,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -933,15 +933,15 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l16) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
                     const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -953,14 +953,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -978,15 +978,15 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l22) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
                     const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -998,14 +998,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -1021,18 +1021,18 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 2048u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -1079,8 +1079,8 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -1088,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 2048u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l7) * args.input_strides[0][0] + (o2 + l8) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
                     const uint4 q = q3[c];
                     v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1100,14 +1100,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -1133,15 +1133,15 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l15) * args.input_strides[1][0];
-                f14[c] = args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
+                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l16) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
                     const uint4 q = q13[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1153,14 +1153,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -1178,15 +1178,15 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l21) * args.input_strides[2][0];
-                f20[c] = args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
+                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l22) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
                     const uint4 q = q19[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1198,14 +1198,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -1221,18 +1221,18 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l25 = (int)((unsigned)e / 2048u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
                 }
             }
         }
@@ -1277,18 +1277,18 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int e = (c * 128 + tid) * 4;
                 const int l5 = (int)((unsigned)e / 2048u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l5) * args.input_strides[0][0] + (o2 + l6) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[16];
@@ -1312,18 +1312,18 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 128 + tid) * 4;
                 const int l13 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l13) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[16];
@@ -1339,18 +1339,18 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 128 + tid) * 4;
                 const int l18 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o2 + l18) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[16];
@@ -1366,14 +1366,14 @@ extern "C" __global__ void __launch_bounds__(128, 6) dt_dyt_f32(const dt_args ar
                 const int e = (c * 128 + tid) * 4;
                 const int l21 = (int)((unsigned)e / 2048u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 2048u);
-                const long long a = (o1 + l21) * args.output_strides[0] + (o2 + l22) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }

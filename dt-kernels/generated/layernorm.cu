@@ -333,8 +333,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
             const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -342,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
                 const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -354,14 +354,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -511,15 +511,15 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l32 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+            f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
             if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
             if (f31[c]) {
                 const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -531,14 +531,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -556,15 +556,15 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l38 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+            f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
             if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
             if (f37[c]) {
                 const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -576,14 +576,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -599,18 +599,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f16(const d
             const int e = (c * 64 + tid) * 8;
             const int l42 = (int)((unsigned)e / 1024u % 1u);
             const int l43 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -651,8 +651,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
             const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -660,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
                 const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -672,14 +672,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -829,15 +829,15 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l32 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l32) * args.input_strides[1][0];
-            f31[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
+            f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
             if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l33) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
             if (f31[c]) {
                 const uint4 q = q30[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -849,14 +849,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -874,15 +874,15 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l38 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l38) * args.input_strides[2][0];
-            f37[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
+            f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
             if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
         }
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
             const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l39) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
             if (f37[c]) {
                 const uint4 q = q36[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -894,14 +894,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -917,18 +917,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_bf16(const 
             const int e = (c * 64 + tid) * 8;
             const int l42 = (int)((unsigned)e / 1024u % 1u);
             const int l43 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l42) * args.output_strides[0] + (0 + l43) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -967,18 +967,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f32(const d
             const int e = (c * 64 + tid) * 4;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1126,18 +1126,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f32(const d
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
             const int l30 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l30) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -1153,18 +1153,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f32(const d
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
             const int l35 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (0 + l35) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -1180,14 +1180,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_layernorm_1k_f32(const d
             const int e = (c * 64 + tid) * 4;
             const int l38 = (int)((unsigned)e / 1024u % 1u);
             const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -1223,24 +1223,24 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         const int e = (c * 256 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = ((b0 * 2) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 256 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = (0 + l10) * args.input_strides[1][0];
-        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 256 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = (0 + l11) * args.input_strides[2][0];
-        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
@@ -1254,8 +1254,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 const int e = (c * 256 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1272,7 +1272,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             const int e = (c * 256 + tid) * 8;
             const int l19 = (int)((unsigned)e / 4096u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
             if (f13[c]) {
                 const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -1284,14 +1284,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1440,7 +1440,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l44) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
                 const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -1452,14 +1452,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -1475,7 +1475,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l49) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
                 const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -1487,14 +1487,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -1510,18 +1510,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             const int e = (c * 256 + tid) * 8;
             const int l52 = (int)((unsigned)e / 4096u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1557,24 +1557,24 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         const int e = (c * 256 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = ((b0 * 2) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 256 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = (0 + l10) * args.input_strides[1][0];
-        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 256 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = (0 + l11) * args.input_strides[2][0];
-        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
@@ -1588,8 +1588,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 const int e = (c * 256 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
-                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1606,7 +1606,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             const int e = (c * 256 + tid) * 8;
             const int l19 = (int)((unsigned)e / 4096u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
             if (f13[c]) {
                 const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1618,14 +1618,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1774,7 +1774,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l44) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
                 const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1786,14 +1786,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -1809,7 +1809,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l49) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
                 const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1821,14 +1821,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -1844,18 +1844,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             const int e = (c * 256 + tid) * 8;
             const int l52 = (int)((unsigned)e / 4096u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1894,18 +1894,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             const int e = (c * 256 + tid) * 4;
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2054,18 +2054,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
             const int l30 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l30) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -2081,18 +2081,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
             const int l35 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (0 + l35) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -2108,14 +2108,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             const int e = (c * 256 + tid) * 4;
             const int l38 = (int)((unsigned)e / 4096u % 1u);
             const int l39 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -2151,24 +2151,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         const int e = (c * 1024 + tid) * 8;
         const int l8 = (int)((unsigned)e / 16384u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = ((b0 * 4) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 1024 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = (0 + l10) * args.input_strides[1][0];
-        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 1024 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = (0 + l11) * args.input_strides[2][0];
-        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
@@ -2182,8 +2182,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 const int e = (c * 1024 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2200,7 +2200,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int e = (c * 1024 + tid) * 8;
             const int l19 = (int)((unsigned)e / 16384u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
             if (f13[c]) {
                 const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2212,14 +2212,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2368,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l44) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
                 const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2380,14 +2380,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -2403,7 +2403,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l49) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
                 const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2415,14 +2415,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -2438,18 +2438,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             const int e = (c * 1024 + tid) * 8;
             const int l52 = (int)((unsigned)e / 16384u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2485,24 +2485,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         const int e = (c * 1024 + tid) * 8;
         const int l8 = (int)((unsigned)e / 16384u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = ((b0 * 4) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 1024 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = (0 + l10) * args.input_strides[1][0];
-        fn5[c] = args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int e = (c * 1024 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = (0 + l11) * args.input_strides[2][0];
-        fn7[c] = args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
@@ -2516,8 +2516,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 const int e = (c * 1024 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
-                const long long a = ((o1 + 1) + l14) * args.input_strides[0][0] + (0 + l15) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -2534,7 +2534,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int e = (c * 1024 + tid) * 8;
             const int l19 = (int)((unsigned)e / 16384u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l19) * args.input_strides[0][0] + (0 + l20) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
             if (f13[c]) {
                 const uint4 q = q12[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2546,14 +2546,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2702,7 +2702,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l44) * args.input_strides[1][0];
+            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
                 const uint4 q = qn4[c];
                 v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2714,14 +2714,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -2737,7 +2737,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l49) * args.input_strides[2][0];
+            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
                 const uint4 q = qn6[c];
                 v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2749,14 +2749,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -2772,18 +2772,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             const int e = (c * 1024 + tid) * 8;
             const int l52 = (int)((unsigned)e / 16384u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l52) * args.output_strides[0] + (0 + l53) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2822,18 +2822,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int e = (c * 1024 + tid) * 4;
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2982,18 +2982,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         for (int c = 0; c < 4; c++) {
             const int e = (c * 1024 + tid) * 4;
             const int l30 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l30) * args.input_strides[1][0];
-            if (args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -3009,18 +3009,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
         for (int c = 0; c < 4; c++) {
             const int e = (c * 1024 + tid) * 4;
             const int l35 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (0 + l35) * args.input_strides[2][0];
-            if (args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -3036,14 +3036,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt
             const int e = (c * 1024 + tid) * 4;
             const int l38 = (int)((unsigned)e / 16384u % 1u);
             const int l39 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l38) * args.output_strides[0] + (0 + l39) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -3095,8 +3095,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3104,7 +3104,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
                     const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -3116,14 +3116,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             #pragma unroll
@@ -3213,8 +3213,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l27 = (int)((unsigned)e / 8192u % 1u);
                 const int l28 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l27) * args.input_strides[0][0] + (o24 + l28) * args.input_strides[0][1];
-                f26[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][1];
+                f26[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3222,7 +3222,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l29) * args.input_strides[0][0] + (o24 + l30) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
                     const uint4 q = q25[c];
                     v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -3234,14 +3234,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -3334,8 +3334,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l49) * args.input_strides[0][0] + (o46 + l50) * args.input_strides[0][1];
-                f48[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l50) * (unsigned)args.input_strides[0][1];
+                f48[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3343,7 +3343,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l51) * args.input_strides[0][0] + (o46 + l52) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
                     const uint4 q = q47[c];
                     v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -3355,14 +3355,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -3406,15 +3406,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l61 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l61) * args.input_strides[1][0];
-                f60[c] = args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o46 + l61) * (unsigned)args.input_strides[1][0];
+                f60[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l62) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
                     const uint4 q = q59[c];
                     v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -3426,14 +3426,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -3451,15 +3451,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l67 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l67) * args.input_strides[2][0];
-                f66[c] = args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o46 + l67) * (unsigned)args.input_strides[2][0];
+                f66[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l68) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
                     const uint4 q = q65[c];
                     v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -3471,14 +3471,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -3494,18 +3494,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l71 = (int)((unsigned)e / 8192u % 1u);
                 const int l72 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l71) * args.output_strides[0] + (o46 + l72) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l71) * (unsigned)args.output_strides[0] + (unsigned)(o46 + l72) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3558,8 +3558,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3567,7 +3567,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
                     const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -3579,14 +3579,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             #pragma unroll
@@ -3676,8 +3676,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l27 = (int)((unsigned)e / 8192u % 1u);
                 const int l28 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l27) * args.input_strides[0][0] + (o24 + l28) * args.input_strides[0][1];
-                f26[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][1];
+                f26[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3685,7 +3685,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l29) * args.input_strides[0][0] + (o24 + l30) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
                     const uint4 q = q25[c];
                     v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -3697,14 +3697,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -3797,8 +3797,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l49) * args.input_strides[0][0] + (o46 + l50) * args.input_strides[0][1];
-                f48[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l50) * (unsigned)args.input_strides[0][1];
+                f48[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -3806,7 +3806,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l51) * args.input_strides[0][0] + (o46 + l52) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
                     const uint4 q = q47[c];
                     v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -3818,14 +3818,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -3869,15 +3869,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l61 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l61) * args.input_strides[1][0];
-                f60[c] = args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o46 + l61) * (unsigned)args.input_strides[1][0];
+                f60[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l62) * args.input_strides[1][0];
+                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
                     const uint4 q = q59[c];
                     v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -3889,14 +3889,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -3914,15 +3914,15 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l67 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l67) * args.input_strides[2][0];
-                f66[c] = args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o46 + l67) * (unsigned)args.input_strides[2][0];
+                f66[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o46 + l68) * args.input_strides[2][0];
+                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
                     const uint4 q = q65[c];
                     v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -3934,14 +3934,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -3957,18 +3957,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l71 = (int)((unsigned)e / 8192u % 1u);
                 const int l72 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l71) * args.output_strides[0] + (o46 + l72) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l71) * (unsigned)args.output_strides[0] + (unsigned)(o46 + l72) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -4019,18 +4019,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = (c * 512 + tid) * 4;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             #pragma unroll
@@ -4118,18 +4118,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = (c * 512 + tid) * 4;
                 const int l25 = (int)((unsigned)e / 8192u % 1u);
                 const int l26 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l25) * args.input_strides[0][0] + (o22 + l26) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + l26) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + l26) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -4220,18 +4220,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = (c * 512 + tid) * 4;
                 const int l45 = (int)((unsigned)e / 8192u % 1u);
                 const int l46 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l45) * args.input_strides[0][0] + (o42 + l46) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l45) * (unsigned)args.input_strides[0][0] + (unsigned)(o42 + l46) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + l46) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + l46) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -4273,18 +4273,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
                 const int l55 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o42 + l55) * args.input_strides[1][0];
-                if (args.input_strides[1][0] == 1 && (unsigned)(o42 + (l55 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o42 + l55) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o42 + (l55 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o42 + l55) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o42 + (l55 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o42 + (l55 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o42 + (l55 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o42 + l55) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o42 + (l55 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o42 + (l55 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o42 + (l55 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -4300,18 +4300,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
                 const int l60 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o42 + l60) * args.input_strides[2][0];
-                if (args.input_strides[2][0] == 1 && (unsigned)(o42 + (l60 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o42 + l60) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o42 + (l60 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o42 + l60) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o42 + (l60 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o42 + (l60 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o42 + (l60 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o42 + l60) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o42 + (l60 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o42 + (l60 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o42 + (l60 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -4327,14 +4327,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = (c * 512 + tid) * 4;
                 const int l63 = (int)((unsigned)e / 8192u % 1u);
                 const int l64 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l63) * args.output_strides[0] + (o42 + l64) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l63) * (unsigned)args.output_strides[0] + (unsigned)(o42 + l64) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + l64) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + l64) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

@@ -350,11 +350,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                                     const int l9 = (int)((unsigned)e / 4u % 128u);
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -370,11 +370,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                                     const int l12 = (int)((unsigned)e / 16u % 32u);
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -401,11 +401,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                                     const int l16 = (int)((unsigned)e / 4u % 128u);
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -421,11 +421,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
                                     const int l19 = (int)((unsigned)e / 16u % 32u);
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -468,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(const dt_args args) 
             for (int r = 0; r < 128; r++) {
                 const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                 const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(o1 + l23) * args.output_strides[0] + (o2 + l24) * args.output_strides[1]] = dt_store_f16(v3[r]);
+                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_f16(v3[r]);
             }
         }
     }
@@ -526,11 +526,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                                     const int l9 = (int)((unsigned)e / 4u % 128u);
                                     const int l10 = (int)((unsigned)e / 1u % 4u);
                                     if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8)) * args.input_strides[0][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l9) * args.input_strides[0][0] + (o5 + (l10 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -546,11 +546,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                                     const int l12 = (int)((unsigned)e / 16u % 32u);
                                     const int l13 = (int)((unsigned)e / 1u % 16u);
                                     if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8)) * args.input_strides[1][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l12) * args.input_strides[1][0] + (o2 + (l13 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -577,11 +577,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                                     const int l16 = (int)((unsigned)e / 4u % 128u);
                                     const int l17 = (int)((unsigned)e / 1u % 4u);
                                     if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8)) * args.input_strides[0][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l16) * args.input_strides[0][0] + (o14 + (l17 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -597,11 +597,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
                                     const int l19 = (int)((unsigned)e / 16u % 32u);
                                     const int l20 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8)) * args.input_strides[1][1]]);
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(o14 + l19) * args.input_strides[1][0] + (o2 + (l20 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -644,7 +644,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(const dt_args args)
             for (int r = 0; r < 128; r++) {
                 const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
                 const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(o1 + l23) * args.output_strides[0] + (o2 + l24) * args.output_strides[1]] = dt_store_bf16(v3[r]);
+                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_bf16(v3[r]);
             }
         }
     }
@@ -695,36 +695,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                     const int e = (c * 128 + tid) * 4;
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[32];
-                #pragma unroll 1
+                #pragma unroll
                 for (int r = 0; r < 32; r++) {
                     const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
                     (void)e; {
                         const int l10 = (int)((unsigned)e / 32u % 128u);
                         const int l11 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0e0f;
+                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l11) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l10) * (unsigned)args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
-                #pragma unroll 1
+                #pragma unroll
                 for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
                 __syncthreads();
                 __syncthreads();
-                #pragma unroll 1
+                #pragma unroll
                 for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
                 __syncthreads();
                 float v2[128];
@@ -755,19 +755,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f32(const dt_args args) 
                     v3[r] = acc0[r];
                 }
             }
-            #pragma unroll 1
+            #pragma unroll
             for (int c = 0; c < 32; c++) {
                 const int e = (c * 128 + tid) * 4;
                 const int l19 = (int)((unsigned)e / 128u % 128u);
                 const int l20 = (int)((unsigned)e / 1u % 128u);
-                const long long a = (o1 + l19) * args.output_strides[0] + (o2 + l20) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l20) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
                 }
             }
         }

@@ -347,11 +347,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                             const int l7 = (int)((unsigned)e / 4u % 128u);
                             const int l8 = (int)((unsigned)e / 1u % 4u);
                             if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8)) * (unsigned)args.input_strides[0][1]]);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                 }
                             }
                         }
@@ -367,11 +367,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
                             const int l10 = (int)((unsigned)e / 16u % 32u);
                             const int l11 = (int)((unsigned)e / 1u % 16u);
                             if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8)) * (unsigned)args.input_strides[1][1]]);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                 }
                             }
                         }
@@ -439,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(const dt_args args)
             for (int r = 0; r < 64; r++) {
                 const int l20 = (tid >> 6) / 2 * 64 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                 const int l21 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(o1 + l20) * args.output_strides[0] + (o2 + l21) * args.output_strides[1]] = dt_store_f16(v11[r]);
+                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l21) * (unsigned)args.output_strides[1]] = dt_store_f16(v11[r]);
             }
         }
     }
@@ -494,11 +494,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                             const int l7 = (int)((unsigned)e / 4u % 128u);
                             const int l8 = (int)((unsigned)e / 1u % 4u);
                             if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + 7)) < (unsigned)s2) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8)) * args.input_strides[0][1]]);
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8)) * (unsigned)args.input_strides[0][1]]);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(o1 + l7) * args.input_strides[0][0] + (o5 + (l8 * 8 + q)) * args.input_strides[0][1]] : (unsigned short)0;
+                                    ((unsigned short*)(dt_smem + 0))[l7 * 40 + (l8 * 8 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                 }
                             }
                         }
@@ -514,11 +514,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
                             const int l10 = (int)((unsigned)e / 16u % 32u);
                             const int l11 = (int)((unsigned)e / 1u % 16u);
                             if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + 7)) < (unsigned)s1) {
-                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8)) * args.input_strides[1][1]]);
+                                dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8)) * (unsigned)args.input_strides[1][1]]);
                             } else {
                                 #pragma unroll
                                 for (int q = 0; q < 8; q++) {
-                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(o5 + l10) * args.input_strides[1][0] + (o2 + (l11 * 8 + q)) * args.input_strides[1][1]] : (unsigned short)0;
+                                    ((unsigned short*)(dt_smem + 2560))[l10 * 136 + (l11 * 8 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                 }
                             }
                         }
@@ -586,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(const dt_args args
             for (int r = 0; r < 64; r++) {
                 const int l20 = (tid >> 6) / 2 * 64 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
                 const int l21 = (tid >> 6) % 2 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(o1 + l20) * args.output_strides[0] + (o2 + l21) * args.output_strides[1]] = dt_store_bf16(v11[r]);
+                if ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o2 + l21) < (unsigned)s1) out[(unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l21) * (unsigned)args.output_strides[1]] = dt_store_bf16(v11[r]);
             }
         }
     }
@@ -637,18 +637,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                     const int e = (c * 256 + tid) * 4;
                     const int l8 = (int)((unsigned)e / 32u % 128u);
                     const int l9 = (int)((unsigned)e / 1u % 32u);
-                    const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                    if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -658,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                     (void)e; {
                         const int l10 = (int)((unsigned)e / 32u % 128u);
                         const int l11 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(o5 + l11) * args.input_strides[1][0] + (o2 + l10) * args.input_strides[1][1]]) : 0e0f;
+                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l11) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l10) * (unsigned)args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -738,14 +738,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f32(const dt_args args)
                 const int e = (c * 256 + tid) * 4;
                 const int l25 = (int)((unsigned)e / 128u % 128u);
                 const int l26 = (int)((unsigned)e / 1u % 128u);
-                const long long a = (o1 + l25) * args.output_strides[0] + (o2 + l26) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
+                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
                 }
             }
         }

@@ -331,8 +331,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -340,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
                 const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -352,14 +352,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -471,18 +471,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -521,8 +521,8 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            f4[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
@@ -530,7 +530,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l7) * args.input_strides[0][0] + (0 + l8) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
                 const uint4 q = q3[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -542,14 +542,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -661,18 +661,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l26) * args.output_strides[0] + (0 + l27) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -709,18 +709,18 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
             const int e = (c * 64 + tid) * 4;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -832,14 +832,14 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f32(const dt_
             const int e = (c * 64 + tid) * 4;
             const int l24 = (int)((unsigned)e / 1024u % 1u);
             const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -869,8 +869,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         const int e = (c * 256 + tid) * 8;
         const int l4 = (int)((unsigned)e / 4096u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = ((b0 * 2) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 2) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
@@ -884,8 +884,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 const int e = (c * 256 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 4096u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 4096u);
-                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -902,7 +902,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             const int e = (c * 256 + tid) * 8;
             const int l13 = (int)((unsigned)e / 4096u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
             if (f7[c]) {
                 const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -914,14 +914,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1034,18 +1034,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             const int e = (c * 256 + tid) * 8;
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1075,8 +1075,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         const int e = (c * 256 + tid) * 8;
         const int l4 = (int)((unsigned)e / 4096u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 4096u);
-        const long long a = ((b0 * 2) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 2) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
@@ -1090,8 +1090,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 const int e = (c * 256 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 4096u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 4096u);
-                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1108,7 +1108,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             const int e = (c * 256 + tid) * 8;
             const int l13 = (int)((unsigned)e / 4096u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
             if (f7[c]) {
                 const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1120,14 +1120,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1240,18 +1240,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             const int e = (c * 256 + tid) * 8;
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1288,18 +1288,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
             const int e = (c * 256 + tid) * 4;
             const int l5 = (int)((unsigned)e / 4096u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1412,14 +1412,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f32(const dt_
             const int e = (c * 256 + tid) * 4;
             const int l24 = (int)((unsigned)e / 4096u % 1u);
             const int l25 = (int)((unsigned)e / 1u % 4096u);
-            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1449,8 +1449,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
         const int e = (c * 1024 + tid) * 8;
         const int l4 = (int)((unsigned)e / 16384u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = ((b0 * 4) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
@@ -1464,8 +1464,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 16384u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 16384u);
-                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1482,7 +1482,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int e = (c * 1024 + tid) * 8;
             const int l13 = (int)((unsigned)e / 16384u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
             if (f7[c]) {
                 const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -1494,14 +1494,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
                 v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1614,18 +1614,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_a
             const int e = (c * 1024 + tid) * 8;
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1655,8 +1655,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
         const int e = (c * 1024 + tid) * 8;
         const int l4 = (int)((unsigned)e / 16384u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 16384u);
-        const long long a = ((b0 * 4) + l4) * args.input_strides[0][0] + (0 + l5) * args.input_strides[0][1];
-        fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 4) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
@@ -1670,8 +1670,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 16384u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 16384u);
-                const long long a = ((o1 + 1) + l8) * args.input_strides[0][0] + (0 + l9) * args.input_strides[0][1];
-                fn3[c] = args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
             }
         }
@@ -1688,7 +1688,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int e = (c * 1024 + tid) * 8;
             const int l13 = (int)((unsigned)e / 16384u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l13) * args.input_strides[0][0] + (0 + l14) * args.input_strides[0][1];
+            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
             if (f7[c]) {
                 const uint4 q = q6[c];
                 v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -1700,14 +1700,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
                 v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                 v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1820,18 +1820,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_
             const int e = (c * 1024 + tid) * 8;
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l32) * args.output_strides[0] + (0 + l33) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1868,18 +1868,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             const int e = (c * 1024 + tid) * 4;
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l5) * args.input_strides[0][0] + (0 + l6) * args.input_strides[0][1];
-            if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1992,14 +1992,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
             const int e = (c * 1024 + tid) * 4;
             const int l24 = (int)((unsigned)e / 16384u % 1u);
             const int l25 = (int)((unsigned)e / 1u % 16384u);
-            const long long a = (o1 + l24) * args.output_strides[0] + (0 + l25) * args.output_strides[1];
-            if (args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -2049,8 +2049,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2058,7 +2058,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
                     const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2070,14 +2070,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -2155,8 +2155,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 8192u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l26) * args.input_strides[0][0] + (o23 + l27) * args.input_strides[0][1];
-                f25[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l27) * (unsigned)args.input_strides[0][1];
+                f25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2164,7 +2164,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l28 = (int)((unsigned)e / 8192u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l28) * args.input_strides[0][0] + (o23 + l29) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
                 if (f25[c]) {
                     const uint4 q = q24[c];
                     v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2176,14 +2176,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[16];
@@ -2270,8 +2270,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 8192u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l47) * args.input_strides[0][0] + (o44 + l48) * args.input_strides[0][1];
-                f46[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l48) * (unsigned)args.input_strides[0][1];
+                f46[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2279,7 +2279,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l49) * args.input_strides[0][0] + (o44 + l50) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
                 if (f46[c]) {
                     const uint4 q = q45[c];
                     v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
@@ -2291,14 +2291,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[16];
@@ -2330,18 +2330,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l57 = (int)((unsigned)e / 8192u % 1u);
                 const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l57) * args.output_strides[0] + (o44 + l58) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l57) * (unsigned)args.output_strides[0] + (unsigned)(o44 + l58) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2392,8 +2392,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                f7[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2401,7 +2401,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l10) * args.input_strides[0][0] + (o5 + l11) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
                     const uint4 q = q6[c];
                     v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2413,14 +2413,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -2498,8 +2498,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l26 = (int)((unsigned)e / 8192u % 1u);
                 const int l27 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l26) * args.input_strides[0][0] + (o23 + l27) * args.input_strides[0][1];
-                f25[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l27) * (unsigned)args.input_strides[0][1];
+                f25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2507,7 +2507,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l28 = (int)((unsigned)e / 8192u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l28) * args.input_strides[0][0] + (o23 + l29) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
                 if (f25[c]) {
                     const uint4 q = q24[c];
                     v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2519,14 +2519,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[16];
@@ -2613,8 +2613,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l47 = (int)((unsigned)e / 8192u % 1u);
                 const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l47) * args.input_strides[0][0] + (o44 + l48) * args.input_strides[0][1];
-                f46[c] = args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l48) * (unsigned)args.input_strides[0][1];
+                f46[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
@@ -2622,7 +2622,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l49) * args.input_strides[0][0] + (o44 + l50) * args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
                 if (f46[c]) {
                     const uint4 q = q45[c];
                     v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
@@ -2634,14 +2634,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
                     v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[16];
@@ -2673,18 +2673,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l57 = (int)((unsigned)e / 8192u % 1u);
                 const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l57) * args.output_strides[0] + (o44 + l58) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l57) * (unsigned)args.output_strides[0] + (unsigned)(o44 + l58) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2733,18 +2733,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = (c * 512 + tid) * 4;
                 const int l8 = (int)((unsigned)e / 8192u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l8) * args.input_strides[0][0] + (o5 + l9) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -2820,18 +2820,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = (c * 512 + tid) * 4;
                 const int l24 = (int)((unsigned)e / 8192u % 1u);
                 const int l25 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l24) * args.input_strides[0][0] + (o21 + l25) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o21 + l25) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + l25) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + l25) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[16];
@@ -2916,18 +2916,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = (c * 512 + tid) * 4;
                 const int l43 = (int)((unsigned)e / 8192u % 1u);
                 const int l44 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l43) * args.input_strides[0][0] + (o40 + l44) * args.input_strides[0][1];
-                if (args.input_strides[0][1] == 1 && (unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l43) * (unsigned)args.input_strides[0][0] + (unsigned)(o40 + l44) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + l44) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + l44) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[16];
@@ -2959,14 +2959,14 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = (c * 512 + tid) * 4;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const long long a = (o1 + l51) * args.output_strides[0] + (o40 + l52) * args.output_strides[1];
-                if (args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.output_strides[0] + (unsigned)(o40 + l52) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + l52) < (unsigned)s1) out[a + 0 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 1)) < (unsigned)s1) out[a + 1 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 2)) < (unsigned)s1) out[a + 2 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1) out[a + 3 * args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + l52) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

@@ -753,7 +753,7 @@ impl Emitter<'_> {
                 &axes,
                 l,
                 |x| e.offset(x),
-                |a| format!("args.input_strides[{input}][{a}]"),
+                |a| super::input_stride(input, a),
             );
             e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
         };
@@ -801,7 +801,7 @@ impl Emitter<'_> {
                 &load.axes,
                 &first,
                 |x| e.offset(x),
-                |a| format!("args.input_strides[{input}][{a}]"),
+                |a| super::input_stride(input, a),
             );
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;

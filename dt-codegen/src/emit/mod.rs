@@ -164,9 +164,13 @@ pub(crate) fn loop_range(k: &Kernel, l: &dt_core::kir::Loop) -> (String, String)
 
 /// C type of index arithmetic in the CPU's C: 64-bit.
 pub(crate) const CPU_INDEX: &str = "long long";
-/// C type of bounds comparisons on a GPU: 32-bit unsigned, half the instructions of a 64-bit
-/// comparison. A tensor has at most 2^31 elements ([`dt_core::tensor::MAX_ELEMENTS`]), so every
-/// size, and every offset plus lane below a size or up to a tile past it, is below 2^32.
+/// C type of bounds comparisons and element offsets on a GPU: 32-bit unsigned, half the
+/// instructions of 64-bit arithmetic. A tensor has at most 2^31 elements
+/// ([`dt_core::tensor::MAX_ELEMENTS`]), so every size, and every offset plus lane below a size
+/// or up to a tile past it, is below 2^32; and every element a kernel reads or writes lies in a
+/// buffer of at most 2^31 elements (the library checks that a view reaches no element past its
+/// data), so its offset, the sum over axes of index times stride, is too. Offsets of lanes past
+/// the end may wrap; they are never dereferenced.
 pub(crate) const GPU_INDEX: &str = "unsigned";
 
 /// The validity condition of lane `lane` past offset `offset` along a dimension of size
@@ -179,9 +183,9 @@ pub(crate) fn in_bounds(index: &str, offset: &str, lane: &str, size: &str) -> St
     }
 }
 
-/// The validity condition (compared in C type `index`) and the element offset of a tensor
-/// access at the current lanes: axis `a` is indexed along `dims[a]` at `offset(dim) + lane`,
-/// times `stride(a)`.
+/// The validity condition and the element offset of a tensor access at the current lanes, both
+/// in C type `index`: axis `a` is indexed along `dims[a]` at `offset(dim) + lane`, times
+/// `stride(a)` (which the GPU emitter gives as `index` too).
 pub(crate) fn masked_address(
     index: &str,
     k: &Kernel,
@@ -191,8 +195,17 @@ pub(crate) fn masked_address(
     stride: impl Fn(usize) -> String,
 ) -> (String, String) {
     let conds: Vec<String> = dims.iter().map(|d| in_bounds(index, &offset(*d), lanes.lane(*d), &format!("s{}", k.dim_slot(*d)))).collect();
-    let addr: Vec<String> =
-        dims.iter().enumerate().map(|(a, d)| format!("({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))).collect();
+    let addr: Vec<String> = dims
+        .iter()
+        .enumerate()
+        .map(|(a, d)| {
+            if index == CPU_INDEX {
+                format!("({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))
+            } else {
+                format!("({index})({} + {}) * {}", offset(*d), lanes.lane(*d), stride(a))
+            }
+        })
+        .collect();
     let cond = if conds.is_empty() { "1".to_string() } else { conds.join(" && ") };
     let addr = if addr.is_empty() { "0".to_string() } else { addr.join(" + ") };
     (cond, addr)
