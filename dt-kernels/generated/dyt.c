@@ -292,7 +292,7 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel dyt for f16: grid block(x:1, y:2048) */
+/* kernel dyt for f16: grid block(x:1, y:1024) */
 void dt_dyt_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -300,59 +300,59 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* dyt */
-    float* arena = (float*)malloc(sizeof(float) * 14337);
+    float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 2048));
+        const long long n1 = (long long)(dt_cdiv(s1, 1024));
         const long long g1 = rest % n1; rest /= n1;
         const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 2048)) continue; /* past the end of a short group */
+        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-            /* block(y:2048) dyt.tensorize(y:2048) */
-            for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+            /* block(y:1024) dyt.tensorize(y:1024) */
+            for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
-                    for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    for (long long l4 = 0; l4 < 1024; l4++) {
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
-                    for (long long l6 = 0; l6 < 2048; l6++) {
-                        (arena + 2049)[l5 * 2048 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 2048 + l6]);
+                    for (long long l6 = 0; l6 < 1024; l6++) {
+                        (arena + 1025)[l5 * 1024 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 1024 + l6]);
                     }
                 }
                 for (long long l7 = 0; l7 < 1; l7++) {
-                    for (long long l8 = 0; l8 < 2048; l8++) {
-                        (arena + 4097)[l7 * 2048 + l8] = tanhf((arena + 2049)[l7 * 2048 + l8]);
+                    for (long long l8 = 0; l8 < 1024; l8++) {
+                        (arena + 2049)[l7 * 1024 + l8] = tanhf((arena + 1025)[l7 * 1024 + l8]);
                     }
                 }
-                for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l9 = 0; l9 < 1024; l9++) {
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
-                    for (long long l11 = 0; l11 < 2048; l11++) {
-                        (arena + 8193)[l10 * 2048 + l11] = ((arena + 4097)[l10 * 2048 + l11] * (arena + 6145)[l11]);
+                    for (long long l11 = 0; l11 < 1024; l11++) {
+                        (arena + 4097)[l10 * 1024 + l11] = ((arena + 2049)[l10 * 1024 + l11] * (arena + 3073)[l11]);
                     }
                 }
-                for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 2048; l14++) {
-                        (arena + 12289)[l13 * 2048 + l14] = ((arena + 8193)[l13 * 2048 + l14] + (arena + 10241)[l14]);
+                    for (long long l14 = 0; l14 < 1024; l14++) {
+                        (arena + 6145)[l13 * 1024 + l14] = ((arena + 4097)[l13 * 1024 + l14] + (arena + 5121)[l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 2048; l16++) {
-                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_f16((arena + 12289)[l15 * 2048 + l16]);
+                    for (long long l16 = 0; l16 < 1024; l16++) {
+                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_f16((arena + 6145)[l15 * 1024 + l16]);
                     }
                 }
             }
@@ -361,7 +361,7 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel dyt for bf16: grid block(x:1, y:2048) */
+/* kernel dyt for bf16: grid block(x:1, y:1024) */
 void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -369,59 +369,59 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* dyt */
-    float* arena = (float*)malloc(sizeof(float) * 14337);
+    float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 2048));
+        const long long n1 = (long long)(dt_cdiv(s1, 1024));
         const long long g1 = rest % n1; rest /= n1;
         const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 2048)) continue; /* past the end of a short group */
+        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-            /* block(y:2048) dyt.tensorize(y:2048) */
-            for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+            /* block(y:1024) dyt.tensorize(y:1024) */
+            for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
-                    for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    for (long long l4 = 0; l4 < 1024; l4++) {
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_bf16(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
-                    for (long long l6 = 0; l6 < 2048; l6++) {
-                        (arena + 2049)[l5 * 2048 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 2048 + l6]);
+                    for (long long l6 = 0; l6 < 1024; l6++) {
+                        (arena + 1025)[l5 * 1024 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 1024 + l6]);
                     }
                 }
                 for (long long l7 = 0; l7 < 1; l7++) {
-                    for (long long l8 = 0; l8 < 2048; l8++) {
-                        (arena + 4097)[l7 * 2048 + l8] = tanhf((arena + 2049)[l7 * 2048 + l8]);
+                    for (long long l8 = 0; l8 < 1024; l8++) {
+                        (arena + 2049)[l7 * 1024 + l8] = tanhf((arena + 1025)[l7 * 1024 + l8]);
                     }
                 }
-                for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l9 = 0; l9 < 1024; l9++) {
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_bf16(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
-                    for (long long l11 = 0; l11 < 2048; l11++) {
-                        (arena + 8193)[l10 * 2048 + l11] = ((arena + 4097)[l10 * 2048 + l11] * (arena + 6145)[l11]);
+                    for (long long l11 = 0; l11 < 1024; l11++) {
+                        (arena + 4097)[l10 * 1024 + l11] = ((arena + 2049)[l10 * 1024 + l11] * (arena + 3073)[l11]);
                     }
                 }
-                for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_bf16(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 2048; l14++) {
-                        (arena + 12289)[l13 * 2048 + l14] = ((arena + 8193)[l13 * 2048 + l14] + (arena + 10241)[l14]);
+                    for (long long l14 = 0; l14 < 1024; l14++) {
+                        (arena + 6145)[l13 * 1024 + l14] = ((arena + 4097)[l13 * 1024 + l14] + (arena + 5121)[l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 2048; l16++) {
-                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_bf16((arena + 12289)[l15 * 2048 + l16]);
+                    for (long long l16 = 0; l16 < 1024; l16++) {
+                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_bf16((arena + 6145)[l15 * 1024 + l16]);
                     }
                 }
             }
@@ -430,7 +430,7 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel dyt for f32: grid block(x:1, y:2048) */
+/* kernel dyt for f32: grid block(x:1, y:1024) */
 void dt_dyt_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -438,59 +438,59 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* dyt */
-    float* arena = (float*)malloc(sizeof(float) * 14337);
+    float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 2048));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 2048));
+        const long long n1 = (long long)(dt_cdiv(s1, 1024));
         const long long g1 = rest % n1; rest /= n1;
         const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 2048)) continue; /* past the end of a short group */
+        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-            /* block(y:2048) dyt.tensorize(y:2048) */
-            for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+            /* block(y:1024) dyt.tensorize(y:1024) */
+            for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
                 (arena + 0)[0] = args->scalars[0];
                 for (long long l3 = 0; l3 < 1; l3++) {
-                    for (long long l4 = 0; l4 < 2048; l4++) {
-                        (arena + 1)[l3 * 2048 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
+                    for (long long l4 = 0; l4 < 1024; l4++) {
+                        (arena + 1)[l3 * 1024 + l4] = (o1 + l3 < s0 && o2 + l4 < s1) ? dt_load_f32(in0[(o1 + l3) * args->input_strides[0][0] + (o2 + l4) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l5 = 0; l5 < 1; l5++) {
-                    for (long long l6 = 0; l6 < 2048; l6++) {
-                        (arena + 2049)[l5 * 2048 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 2048 + l6]);
+                    for (long long l6 = 0; l6 < 1024; l6++) {
+                        (arena + 1025)[l5 * 1024 + l6] = ((arena + 0)[0] * (arena + 1)[l5 * 1024 + l6]);
                     }
                 }
                 for (long long l7 = 0; l7 < 1; l7++) {
-                    for (long long l8 = 0; l8 < 2048; l8++) {
-                        (arena + 4097)[l7 * 2048 + l8] = tanhf((arena + 2049)[l7 * 2048 + l8]);
+                    for (long long l8 = 0; l8 < 1024; l8++) {
+                        (arena + 2049)[l7 * 1024 + l8] = tanhf((arena + 1025)[l7 * 1024 + l8]);
                     }
                 }
-                for (long long l9 = 0; l9 < 2048; l9++) {
-                    (arena + 6145)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
+                for (long long l9 = 0; l9 < 1024; l9++) {
+                    (arena + 3073)[l9] = (o2 + l9 < s1) ? dt_load_f32(in1[(o2 + l9) * args->input_strides[1][0]]) : 0e0f;
                 }
                 for (long long l10 = 0; l10 < 1; l10++) {
-                    for (long long l11 = 0; l11 < 2048; l11++) {
-                        (arena + 8193)[l10 * 2048 + l11] = ((arena + 4097)[l10 * 2048 + l11] * (arena + 6145)[l11]);
+                    for (long long l11 = 0; l11 < 1024; l11++) {
+                        (arena + 4097)[l10 * 1024 + l11] = ((arena + 2049)[l10 * 1024 + l11] * (arena + 3073)[l11]);
                     }
                 }
-                for (long long l12 = 0; l12 < 2048; l12++) {
-                    (arena + 10241)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
+                for (long long l12 = 0; l12 < 1024; l12++) {
+                    (arena + 5121)[l12] = (o2 + l12 < s1) ? dt_load_f32(in2[(o2 + l12) * args->input_strides[2][0]]) : 0e0f;
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
-                    for (long long l14 = 0; l14 < 2048; l14++) {
-                        (arena + 12289)[l13 * 2048 + l14] = ((arena + 8193)[l13 * 2048 + l14] + (arena + 10241)[l14]);
+                    for (long long l14 = 0; l14 < 1024; l14++) {
+                        (arena + 6145)[l13 * 1024 + l14] = ((arena + 4097)[l13 * 1024 + l14] + (arena + 5121)[l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
-                    for (long long l16 = 0; l16 < 2048; l16++) {
-                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_f32((arena + 12289)[l15 * 2048 + l16]);
+                    for (long long l16 = 0; l16 < 1024; l16++) {
+                        if (o1 + l15 < s0 && o2 + l16 < s1) out[(o1 + l15) * args->output_strides[0] + (o2 + l16) * args->output_strides[1]] = dt_store_f32((arena + 6145)[l15 * 1024 + l16]);
                     }
                 }
             }

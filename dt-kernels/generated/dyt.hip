@@ -298,8 +298,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel dyt_1k for f16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args args) {
+/* kernel dyt_1k for f16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -330,176 +330,81 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
-            uint4 q3[1];
-            bool f4[1];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l5 = (int)((unsigned)e / 1024u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l7 = (int)((unsigned)e / 1024u % 1u);
-                const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l3 = (int)((unsigned)e / 1024u % 1u);
+                    const int l4 = (int)((unsigned)e / 1u % 1024u);
+                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
-            uint4 q13[1];
-            bool f14[1];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
-                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l9 = (int)((unsigned)e / 1u % 1024u);
+                    v4[r] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_f16(in1[(unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
-                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l12 = (int)((unsigned)e / 1u % 1024u);
+                    v6[r] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f16(in2[(unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 1024u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l15 = (int)((unsigned)e / 1024u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 1024u);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args args) {
+/* kernel dyt_1k for bf16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -530,176 +435,81 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
-            uint4 q3[1];
-            bool f4[1];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l5 = (int)((unsigned)e / 1024u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l7 = (int)((unsigned)e / 1024u % 1u);
-                const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l3 = (int)((unsigned)e / 1024u % 1u);
+                    const int l4 = (int)((unsigned)e / 1u % 1024u);
+                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
-            uint4 q13[1];
-            bool f14[1];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
-                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l9 = (int)((unsigned)e / 1u % 1024u);
+                    v4[r] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_bf16(in1[(unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
-                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l12 = (int)((unsigned)e / 1u % 1024u);
+                    v6[r] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_bf16(in2[(unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 128 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 1024u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l15 = (int)((unsigned)e / 1024u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 1024u);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt_1k for f32: grid block(x:1, y:1024); 128 threads, 0 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args args) {
+/* kernel dyt_1k for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -730,10 +540,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 4;
                 const int l5 = (int)((unsigned)e / 1024u % 1u);
                 const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
@@ -750,26 +560,26 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                     v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v3[r] = tanhf(v2[r]);
                 }
             }
-            float v4[8];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 4;
                 const int l13 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
                 if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -785,18 +595,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                     v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 4;
                 const int l18 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
                 if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -812,17 +622,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
                     v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 256 + tid) * 4;
                 const int l21 = (int)((unsigned)e / 1024u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
@@ -839,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
     }
 }
 
-/* kernel dyt for f16: grid block(x:1, y:2048); 256 threads, 0 bytes of shared memory */
+/* kernel dyt for f16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -853,193 +663,98 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(const dt_args args)
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(y:2048) dyt.tensorize(y:2048) */
-        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
-            uint4 q3[1];
-            bool f4[1];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l5 = (int)((unsigned)e / 2048u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l7 = (int)((unsigned)e / 2048u % 1u);
-                const int l8 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l3 = (int)((unsigned)e / 1024u % 1u);
+                    const int l4 = (int)((unsigned)e / 1u % 1024u);
+                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
-            uint4 q13[1];
-            bool f14[1];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
-                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l16 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l9 = (int)((unsigned)e / 1u % 1024u);
+                    v4[r] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_f16(in1[(unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
-                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-                } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l12 = (int)((unsigned)e / 1u % 1024u);
+                    v6[r] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f16(in2[(unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_f16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_f16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_f16(v7[c * 8 + 6], v7[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v7[c * 8 + 7]);
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l15 = (int)((unsigned)e / 1024u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 1024u);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_f16(v7[r]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for bf16: grid block(x:1, y:2048); 256 threads, 0 bytes of shared memory */
+/* kernel dyt for bf16: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1053,193 +768,98 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(const dt_args args
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(y:2048) dyt.tensorize(y:2048) */
-        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
-            uint4 q3[1];
-            bool f4[1];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l5 = (int)((unsigned)e / 2048u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l7 = (int)((unsigned)e / 2048u % 1u);
-                const int l8 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
-                if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l3 = (int)((unsigned)e / 1024u % 1u);
+                    const int l4 = (int)((unsigned)e / 1u % 1024u);
+                    v1[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
-            uint4 q13[1];
-            bool f14[1];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l15) * (unsigned)args.input_strides[1][0];
-                f14[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f14[c]) q13[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l16 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
-                if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l9 = (int)((unsigned)e / 1u % 1024u);
+                    v4[r] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_bf16(in1[(unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
-            uint4 q19[1];
-            bool f20[1];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l21) * (unsigned)args.input_strides[2][0];
-                f20[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l21 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f20[c]) q19[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l22 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
-                if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-                } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l12 = (int)((unsigned)e / 1u % 1024u);
+                    v6[r] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_bf16(in2[(unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 256 + tid) * 8;
-                const int l25 = (int)((unsigned)e / 2048u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 2048u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l26) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v7[c * 8 + 0], v7[c * 8 + 1]), dt_pack2_bf16(v7[c * 8 + 2], v7[c * 8 + 3]), dt_pack2_bf16(v7[c * 8 + 4], v7[c * 8 + 5]), dt_pack2_bf16(v7[c * 8 + 6], v7[c * 8 + 7]));
-                } else {
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 0]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 1]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 2]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 3]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 4]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 5]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 6]);
-                    if ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + (l26 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[c * 8 + 7]);
+            for (int r = 0; r < 4; r++) {
+                const int e = tid + r * 256;
+                (void)e; {
+                    const int l15 = (int)((unsigned)e / 1024u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 1024u);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[(unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1]] = dt_store_bf16(v7[r]);
                 }
             }
         }
     }
 }
 
-/* kernel dyt for f32: grid block(x:1, y:2048); 256 threads, 0 bytes of shared memory */
+/* kernel dyt for f32: grid block(x:1, y:1024); 256 threads, 0 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1253,30 +873,30 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 2048));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 2048)) return; /* past the end of a short group */
+    if (b1 >= dt_cdiv(s1, 1024)) return; /* past the end of a short group */
     /* block(x:1) dyt.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
-        /* block(y:2048) dyt.tensorize(y:2048) */
-        for (long long o2 = b1 * 2048; o2 < dt_min_ll(b1 * 2048 + 2048, s1); o2 += 2048) {
+        /* block(y:1024) dyt.tensorize(y:1024) */
+        for (long long o2 = b1 * 1024; o2 < dt_min_ll(b1 * 1024 + 1024, s1); o2 += 1024) {
             float v0[1];
             {
                 const int r = 0, e = 0;
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            float v1[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l5 = (int)((unsigned)e / 2048u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 2048u);
+                const int l5 = (int)((unsigned)e / 1024u % 1u);
+                const int l6 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
@@ -1291,27 +911,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
                     v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v2[8];
+            float v2[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v2[r] = (v0[0] * v1[r]);
                 }
             }
-            float v3[8];
+            float v3[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v3[r] = tanhf(v2[r]);
                 }
             }
-            float v4[8];
+            float v4[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l13 = (int)((unsigned)e / 1u % 2048u);
+                const int l13 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
                 if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
@@ -1326,19 +946,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
                     v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v5[8];
+            float v5[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            float v6[4];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l18 = (int)((unsigned)e / 1u % 2048u);
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
                 if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
@@ -1353,19 +973,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(const dt_args args)
                     v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v7[8];
+            float v7[4];
             #pragma unroll
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < 4; r++) {
                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = (v5[r] + v6[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < 1; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l21 = (int)((unsigned)e / 2048u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 2048u);
+                const int l21 = (int)((unsigned)e / 1024u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
                 const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));

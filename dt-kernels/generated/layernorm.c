@@ -85,7 +85,7 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:1) */
+/* kernel layernorm_1k for f16: grid block(x:2) */
 void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -95,16 +95,16 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 2));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
-        /* block(x:1) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 15375)[l2] = 0e0f;
@@ -200,7 +200,7 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:1) */
+/* kernel layernorm_1k for bf16: grid block(x:2) */
 void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -210,16 +210,16 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 2));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
-        /* block(x:1) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 15375)[l2] = 0e0f;
@@ -315,7 +315,7 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
     free(arena);
 }
 
-/* kernel layernorm_1k for f32: grid block(x:1) */
+/* kernel layernorm_1k for f32: grid block(x:2) */
 void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -325,16 +325,16 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
+        const long long n0 = (long long)(dt_cdiv(s0, 2));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
-        /* block(x:1) layernorm_1k.tensorize(x:0) */
-        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
+        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 15375)[l2] = 0e0f;

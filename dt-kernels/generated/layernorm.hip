@@ -298,8 +298,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_args args) {
+/* kernel layernorm_1k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -312,12 +312,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -325,65 +325,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
-        uint4 q3[1];
-        bool f4[1];
+        float v0[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 1024u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 1024u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-            } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                v0[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 4; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a6 = 0e0f;
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -415,51 +387,51 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a22;
+            float a18 = 0e0f;
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a18;
         }
         {
             const int r = 0, e = 0;
@@ -496,128 +468,62 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
-        uint4 q30[1];
-        bool f31[1];
+        float v26[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
-            f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-            } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                v26[r] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f16(in1[(unsigned)(0 + l26) * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
-        uint4 q36[1];
-        bool f37[1];
+        float v28[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
-            f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
-            } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l29 = (int)((unsigned)e / 1u % 1024u);
+                v28[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f16(in2[(unsigned)(0 + l29) * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 1024u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
-            } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l32 = (int)((unsigned)e / 1024u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 1024u);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[(unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1]] = dt_store_f16(v29[r]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_args args) {
+/* kernel layernorm_1k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -630,12 +536,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -643,65 +549,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
-        uint4 q3[1];
-        bool f4[1];
+        float v0[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l5 = (int)((unsigned)e / 1024u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l7 = (int)((unsigned)e / 1024u % 1u);
-            const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
-            if (f4[c]) {
-                const uint4 q = q3[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-            } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                v0[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a10 = 0e0f;
-            for (int g = 0; g < 4; g++) a10 = a10 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a10;
+            float a6 = 0e0f;
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -733,51 +611,51 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
-                const int l20 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l20) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a22;
+            float a18 = 0e0f;
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a18;
         }
         {
             const int r = 0, e = 0;
@@ -814,128 +692,62 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
-        uint4 q30[1];
-        bool f31[1];
+        float v26[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l32) * (unsigned)args.input_strides[1][0];
-            f31[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l32 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-            if (f31[c]) q30[c] = *(const uint4*)(in1 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l33 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l33) * (unsigned)args.input_strides[1][0];
-            if (f31[c]) {
-                const uint4 q = q30[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-            } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l33) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l33 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l33 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l33 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l33 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l33 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l33 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l33 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l26 = (int)((unsigned)e / 1u % 1024u);
+                v26[r] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_bf16(in1[(unsigned)(0 + l26) * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
-        uint4 q36[1];
-        bool f37[1];
+        float v28[4];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l38 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l38) * (unsigned)args.input_strides[2][0];
-            f37[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l38 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-            if (f37[c]) q36[c] = *(const uint4*)(in2 + a);
-        }
-        #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l39) * (unsigned)args.input_strides[2][0];
-            if (f37[c]) {
-                const uint4 q = q36[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
-            } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l39) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l39 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l39 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l39 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l39 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l39 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l39 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l39 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l29 = (int)((unsigned)e / 1u % 1024u);
+                v28[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_bf16(in2[(unsigned)(0 + l29) * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
-            const int l42 = (int)((unsigned)e / 1024u % 1u);
-            const int l43 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l42) * (unsigned)args.output_strides[0] + (unsigned)(0 + l43) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
-            } else {
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + l43) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l42) < (unsigned)s0 && (unsigned)(0 + (l43 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+        for (int r = 0; r < 4; r++) {
+            const int e = tid + r * 256;
+            (void)e; {
+                const int l32 = (int)((unsigned)e / 1024u % 1u);
+                const int l33 = (int)((unsigned)e / 1u % 1024u);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[(unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[r]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_args args) {
+/* kernel layernorm_1k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -948,12 +760,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
-    /* block(x:1) layernorm_1k.tensorize(x:0) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
+    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
         /* rsum identity */
         float acc0[1];
         {
@@ -961,10 +773,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        float v0[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -982,16 +794,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
+            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -999,7 +812,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a8 = 0e0f;
-            for (int g = 0; g < 4; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a8;
         }
         {
@@ -1032,50 +845,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 const int l18 = (int)((unsigned)e / 1u % 1024u);
                 v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 8)[g * 1 + e];
             v14[r] = a20;
         }
         {
@@ -1113,18 +926,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        float v26[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l30 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
             if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -1140,18 +953,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
                 v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        float v28[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l35 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
             if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -1167,17 +980,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_f32(const dt_a
                 v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[4];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l38 = (int)((unsigned)e / 1024u % 1u);
             const int l39 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
@@ -2121,8 +1934,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32(const dt_a
     }
 }
 
-/* kernel layernorm_16k for f16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt_args args) {
+/* kernel layernorm_16k for f16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2140,15 +1953,15 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
-    uint4 qn4[1];
-    bool fn5[1];
-    uint4 qn6[1];
-    bool fn7[1];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l8 = (int)((unsigned)e / 16384u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -2156,30 +1969,30 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[1];
-        bool f13[1];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 2048 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -2194,10 +2007,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l19 = (int)((unsigned)e / 16384u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
@@ -2223,14 +2036,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -2241,7 +2054,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a22 = 0e0f;
-            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a22;
         }
         {
@@ -2274,50 +2087,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 const int l32 = (int)((unsigned)e / 1u % 16384u);
                 v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a34 = 0e0f;
-            for (int g = 0; g < 64; g++) a34 = a34 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a34 = a34 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a34;
         }
         {
@@ -2355,18 +2168,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        float v26[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
@@ -2390,18 +2203,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        float v28[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
@@ -2425,17 +2238,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
                 v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l52 = (int)((unsigned)e / 16384u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
@@ -2455,8 +2268,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f16(const dt
     }
 }
 
-/* kernel layernorm_16k for bf16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const dt_args args) {
+/* kernel layernorm_16k for bf16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2474,15 +2287,15 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
     /* block(x:4) layernorm_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
-    uint4 qn4[1];
-    bool fn5[1];
-    uint4 qn6[1];
-    bool fn7[1];
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l8 = (int)((unsigned)e / 16384u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)((b0 * 4) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -2490,30 +2303,30 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q12[1];
-        bool f13[1];
+        uint4 q12[2];
+        bool f13[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 2048 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 16384u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -2528,10 +2341,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l19 = (int)((unsigned)e / 16384u % 1u);
             const int l20 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
@@ -2557,14 +2370,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -2575,7 +2388,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a22 = 0e0f;
-            for (int g = 0; g < 64; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a22;
         }
         {
@@ -2608,50 +2421,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 const int l32 = (int)((unsigned)e / 1u % 16384u);
                 v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a34 = 0e0f;
-            for (int g = 0; g < 64; g++) a34 = a34 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a34 = a34 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a34;
         }
         {
@@ -2689,18 +2502,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        float v26[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l44 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
             if (fn5[c]) {
@@ -2724,18 +2537,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        float v28[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l49 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
             if (fn7[c]) {
@@ -2759,17 +2572,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
                 v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l52 = (int)((unsigned)e / 16384u % 1u);
             const int l53 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
@@ -2789,8 +2602,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_bf16(const d
     }
 }
 
-/* kernel layernorm_16k for f32: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt_args args) {
+/* kernel layernorm_16k for f32: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2816,10 +2629,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -2837,14 +2650,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v0[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -2855,7 +2668,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a8 = 0e0f;
-            for (int g = 0; g < 64; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a8;
         }
         {
@@ -2888,50 +2701,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[8];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[8];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 const int l18 = (int)((unsigned)e / 1u % 16384u);
                 v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v13[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 64; g++) a20 = a20 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a20 = a20 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a20;
         }
         {
@@ -2969,18 +2782,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[8];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        float v26[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l30 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
             if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -2996,18 +2809,18 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[8];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        float v28[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l35 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
             if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -3023,17 +2836,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_layernorm_16k_f32(const dt
                 v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[8];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l38 = (int)((unsigned)e / 16384u % 1u);
             const int l39 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];

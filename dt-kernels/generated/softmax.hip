@@ -1425,8 +1425,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_16k for f16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_args args) {
+/* kernel softmax_16k for f16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1442,11 +1442,11 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
     /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
+    uint4 qn2[2];
+    bool fn3[2];
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l4 = (int)((unsigned)e / 16384u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
@@ -1454,14 +1454,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q6[1];
-        bool f7[1];
+        uint4 q6[2];
+        bool f7[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 2048 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 16384u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1476,10 +1476,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l13 = (int)((unsigned)e / 16384u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
@@ -1505,14 +1505,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -1523,7 +1523,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a16 = (-INFINITY);
-            for (int g = 0; g < 64; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a16;
         }
         {
@@ -1544,50 +1544,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 const int l25 = (int)((unsigned)e / 1u % 16384u);
                 v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a27 = 0e0f;
-            for (int g = 0; g < 64; g++) a27 = a27 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a27 = a27 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a27;
         }
         {
@@ -1601,17 +1601,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
@@ -1631,8 +1631,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f16(const dt_a
     }
 }
 
-/* kernel softmax_16k for bf16: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_args args) {
+/* kernel softmax_16k for bf16: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1648,11 +1648,11 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 4)) return; /* past the end of a short group */
     /* block(x:4) softmax_16k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
+    uint4 qn2[2];
+    bool fn3[2];
     #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 2048 + tid) * 8;
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 1024 + tid) * 8;
         const int l4 = (int)((unsigned)e / 16384u % 1u);
         const int l5 = (int)((unsigned)e / 1u % 16384u);
         const unsigned a = (unsigned)((b0 * 4) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
@@ -1660,14 +1660,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     for (long long o1 = b0 * 4; o1 < dt_min_ll(b0 * 4 + 4, s0); o1 += 1) {
-        uint4 q6[1];
-        bool f7[1];
+        uint4 q6[2];
+        bool f7[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
+        for (int c = 0; c < 2; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 4 + 4, s0)) {
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 2048 + tid) * 8;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l8 = (int)((unsigned)e / 16384u % 1u);
                 const int l9 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1682,10 +1682,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l13 = (int)((unsigned)e / 16384u % 1u);
             const int l14 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
@@ -1711,14 +1711,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -1729,7 +1729,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a16 = (-INFINITY);
-            for (int g = 0; g < 64; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a16;
         }
         {
@@ -1750,50 +1750,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 const int l25 = (int)((unsigned)e / 1u % 16384u);
                 v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a27 = 0e0f;
-            for (int g = 0; g < 64; g++) a27 = a27 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a27 = a27 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a27;
         }
         {
@@ -1807,17 +1807,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 2048 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 2048 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 1024 + tid) * 8;
             const int l32 = (int)((unsigned)e / 16384u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
@@ -1837,8 +1837,8 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_bf16(const dt_
     }
 }
 
-/* kernel softmax_16k for f32: grid block(x:4); 2048 threads, 512 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_args args) {
+/* kernel softmax_16k for f32: grid block(x:4); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1862,10 +1862,10 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l5 = (int)((unsigned)e / 16384u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -1883,14 +1883,14 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -1901,7 +1901,7 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a8 = (-INFINITY);
-            for (int g = 0; g < 64; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a8;
         }
         {
@@ -1922,50 +1922,50 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 const int l17 = (int)((unsigned)e / 1u % 16384u);
                 v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 64 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 64)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a19 = 0e0f;
-            for (int g = 0; g < 64; g++) a19 = a19 + ((dt_smem + 0) + 64)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a19 = a19 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a19;
         }
         {
@@ -1979,17 +1979,17 @@ extern "C" __global__ void __launch_bounds__(2048) dt_softmax_16k_f32(const dt_a
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 2048 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 2048 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 1024 + tid) * 4;
             const int l24 = (int)((unsigned)e / 16384u % 1u);
             const int l25 = (int)((unsigned)e / 1u % 16384u);
             const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
