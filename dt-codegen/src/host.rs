@@ -66,13 +66,13 @@ pub fn compile_with(source: &str, dir: &Path, name: &str, opt: &str) -> Result<C
 }
 
 /// Host storage of one tensor in an element type.
-enum Buf {
+pub(crate) enum Buf {
     F32(Vec<f32>),
     Half(Vec<u16>),
 }
 
 impl Buf {
-    fn from(t: &Tensor, dtype: DType) -> Buf {
+    pub(crate) fn from(t: &Tensor, dtype: DType) -> Buf {
         match dtype {
             DType::F32 => Buf::F32(t.data.clone()),
             DType::F16 => Buf::Half(t.data.iter().map(|v| half::f16::from_f32(*v).to_bits()).collect()),
@@ -80,14 +80,14 @@ impl Buf {
         }
     }
 
-    fn addr(&self) -> u64 {
+    pub(crate) fn addr(&self) -> u64 {
         match self {
             Buf::F32(v) => v.as_ptr() as u64,
             Buf::Half(v) => v.as_ptr() as u64,
         }
     }
 
-    fn to_f32(&self, dtype: DType) -> Vec<f32> {
+    pub(crate) fn to_f32(&self, dtype: DType) -> Vec<f32> {
         match (self, dtype) {
             (Buf::F32(v), _) => v.clone(),
             (Buf::Half(v), DType::BF16) => v.iter().map(|b| half::bf16::from_bits(*b).to_f32()).collect(),

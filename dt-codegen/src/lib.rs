@@ -5,5 +5,6 @@ pub mod abi;
 pub mod cuda_run;
 pub mod emit;
 pub mod generate;
+pub mod hip_cpu;
 pub mod host;
 pub mod npy;
