@@ -43,7 +43,18 @@ impl Dialect {
             Dialect::Hip => 64,
         }
     }
+
+    /// The warps (wavefronts) a program of `num_warps` runs with: as many, up to the 1024
+    /// threads a block may have. Only AMD's 64-lane wavefronts reach it: `num_warps(32)` runs
+    /// as 16 wavefronts there, so one schedule serves both (the emitter is correct for any
+    /// thread count; each thread then takes twice the elements).
+    pub fn warps(self, num_warps: u32) -> u32 {
+        num_warps.min(MAX_THREADS / self.warp_size())
+    }
 }
+
+/// Most threads a program (a CUDA block, a HIP workgroup) may have.
+pub const MAX_THREADS: u32 = 1024;
 
 /// Launch parameters of one emitted kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +111,7 @@ struct Publishing {
 
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
     check_abi(k)?;
-    let threads = k.num_warps * dialect.warp_size();
+    let threads = dialect.warps(k.num_warps) * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
     let mapping = Mapping { threads: threads as usize, vector };
     let mut plan = mma::plan(k, dtype, dialect);

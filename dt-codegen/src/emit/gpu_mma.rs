@@ -247,7 +247,7 @@ pub(super) fn plan(k: &Kernel, dtype: DType, dialect: Dialect) -> Plan {
         for (id, op) in &lets {
             if let Op::Dot { a, b, dim } = op {
                 if exact(dtype, *a, &def) && exact(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, MatrixIsa::of(dialect), *id, *a, *b, *dim) {
+                    if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
                     }
@@ -414,7 +414,8 @@ fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>)
 /// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
 /// gives each one whole m16n8 fragments. Among those arrangements, the one whose warps load
 /// the fewest operand rows per step.
-fn geometry(k: &Kernel, isa: MatrixIsa, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, dim: DimId) -> Option<MmaDot> {
+    let isa = MatrixIsa::of(dialect);
     let big = |v: ValueId| -> Vec<DimId> {
         let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
         d.sort();
@@ -439,7 +440,7 @@ fn geometry(k: &Kernel, isa: MatrixIsa, id: ValueId, a: ValueId, b: ValueId, dim
     if depth % 16 != 0 {
         return None;
     }
-    let warps = k.num_warps;
+    let warps = dialect.warps(k.num_warps);
     let (fr, fc) = isa.fragment();
     let (wm, wn) = (1..=warps)
         .filter(|wm| warps.is_multiple_of(*wm))
