@@ -6,23 +6,11 @@ use crate::dtype::DType;
 use crate::kir::*;
 use crate::tensor::{strides, Bound, Tensor};
 
-/// Settings of the interpreter.
-#[derive(Clone, Copy, Debug)]
-pub struct Options {
-    /// Lanes per warp assumed by the run. Nothing in the kernel IR may depend on it: tests run
-    /// with 32 (NVIDIA) and 64 (AMD wavefronts) and expect identical results.
-    pub warp_size: u32,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options { warp_size: 32 }
-    }
-}
-
-/// Runs kernel `k` on bound arguments; returns the output.
-pub fn run(k: &Kernel, args: &Bound, dtype: DType, opts: Options) -> Tensor {
-    let _threads = k.num_warps * opts.warp_size;
+/// Runs kernel `k` on bound arguments; returns the output. The kernel IR has no notion of
+/// threads or lanes (layouts over threads are the GPU emitter's), so neither has this run: the
+/// 64-lane wavefronts of HIP are exercised by executing the HIP C itself
+/// (`dt-codegen/tests/hip_cpu_matches_reference.rs`).
+pub fn run(k: &Kernel, args: &Bound, dtype: DType) -> Tensor {
     let mut out = Tensor::zeros(args.out_shape.clone());
     let programs = k.grid.programs(&args.sizes);
     for pid in 0..programs {

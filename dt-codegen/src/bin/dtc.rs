@@ -252,7 +252,7 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
     let kir = dt_core::lower::lower(&p.program, p.kernel).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
     let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
     let out = match backend {
-        Backend::Interp => dt_core::interp::run(&kir, &bound, p.dtype, Default::default()),
+        Backend::Interp => dt_core::interp::run(&kir, &bound, p.dtype),
         Backend::Cpu => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
             let src = dt_codegen::emit::c::emit_file(&header(&a.file), &[(&kir, p.dtype, symbol.clone())])
