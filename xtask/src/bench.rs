@@ -30,6 +30,8 @@ pub struct Options {
     pub budget_s: f64,
     /// Baselines of bench/baselines.py to run (empty: all of them).
     pub baselines: Vec<String>,
+    /// Shapes to run, as [`Job::shape_text`] writes them without " causal" (empty: all).
+    pub shapes: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -99,7 +101,8 @@ fn jobs() -> Vec<Job> {
             }
         }
     }
-    let rows: &[[usize; 2]] = &[[4096, 1024], [4096, 4096], [4096, 16384], [8192, 1000], [128, 65536], [65536, 4096]];
+    // 256x262144: rows up to 2^18 columns, in bytes a large copy (128 MiB in 16-bit types).
+    let rows: &[[usize; 2]] = &[[4096, 1024], [4096, 4096], [4096, 16384], [8192, 1000], [128, 65536], [65536, 4096], [256, 262144]];
     for op in ["softmax", "layernorm", "dyt"] {
         for dtype in [DType::F16, DType::BF16, DType::F32] {
             for s in rows {
@@ -207,6 +210,15 @@ fn time(
     Ok((times[times.len() / 2], times.len()))
 }
 
+/// A time in milliseconds with four significant digits under 1 ms (0.0285), three above.
+fn ms(m: f64) -> String {
+    if m < 1.0 {
+        format!("{m:.4}")
+    } else {
+        format!("{m:.3}")
+    }
+}
+
 #[derive(Default, Clone)]
 struct Row {
     op: String,
@@ -228,6 +240,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
         .into_iter()
         .filter(|j| opts.ops.is_empty() || opts.ops.iter().any(|o| o == j.op))
         .filter(|j| opts.dtypes.is_empty() || opts.dtypes.iter().any(|d| d == j.dtype.name()))
+        .filter(|j| opts.shapes.is_empty() || opts.shapes.iter().any(|s| j.shape_text().trim_end_matches(" causal") == s))
         .collect();
     let gpu = match CudaRunner::new(0) {
         Ok(g) => g,
@@ -414,10 +427,10 @@ fn print_table(rows: &[Row]) {
     println!("| op | kernel | shape | dtype | DT ms | DT rate | runs | best baseline | its ms | DT / best | copy fraction |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
-        let dt = r.dt_ms.map_or(r.status.clone(), |m| format!("{m:.3}"));
+        let dt = r.dt_ms.map_or(r.status.clone(), ms);
         let (best, best_ms, ratio) = match (&r.best, r.dt_ms) {
-            (Some((n, b)), Some(d)) => (n.clone(), format!("{b:.3}"), format!("{:.2}", d / b)),
-            (Some((n, b)), None) => (n.clone(), format!("{b:.3}"), "-".into()),
+            (Some((n, b)), Some(d)) => (n.clone(), ms(*b), format!("{:.2}", d / b)),
+            (Some((n, b)), None) => (n.clone(), ms(*b), "-".into()),
             _ => ("-".into(), "-".into(), "-".into()),
         };
         let copy = r.copy_fraction.map_or("-".into(), |f| format!("{f:.2}"));

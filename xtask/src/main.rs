@@ -41,6 +41,9 @@ enum Command {
         /// Only these baselines of bench/baselines.py (default: all).
         #[arg(long = "baseline")]
         baselines: Vec<String>,
+        /// Only these shapes, as the table writes them (`128x65536`).
+        #[arg(long = "shape")]
+        shapes: Vec<String>,
     },
 }
 
@@ -48,8 +51,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Regen { check } => regen::run(check),
-        Command::Bench { ops, dtypes, json, reps, budget, baselines } => {
-            bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines })
+        Command::Bench { ops, dtypes, json, reps, budget, baselines, shapes } => {
+            bench::run(&bench::Options { ops, dtypes, json, reps, budget_s: budget, baselines, shapes })
         }
     };
     match result {
