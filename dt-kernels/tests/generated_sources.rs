@@ -84,10 +84,19 @@ fn generated_hip_compiles_for_gfx90a() {
         // Files with matrix-core dots also for the GPUs that take the other branches of the
         // runtime's MFMA helpers: gfx908 (f16 only) and gfx906 (none: the shuffle fallback).
         let text = std::fs::read_to_string(&src).expect("generated source reads");
-        let archs: &[&str] = if text.contains("dt_mfma_16x16x16_f16(&") { &["gfx90a", "gfx908", "gfx906"] } else { &["gfx90a"] };
-        for arch in archs {
+        // And for gfx942 (MI300) through clang 19 where the toolchain script installed it
+        // (`HIPCC_CLANG19`): Debian's hipcc (clang 15) does not know that GPU.
+        let dots = text.contains("dt_mfma_16x16x16_f16(&");
+        let mut builds: Vec<(std::path::PathBuf, &str)> = vec![(hipcc.clone(), "gfx90a")];
+        if dots {
+            builds.extend([(hipcc.clone(), "gfx908"), (hipcc.clone(), "gfx906")]);
+            if let Some(clang19) = std::env::var_os("HIPCC_CLANG19") {
+                builds.push((clang19.into(), "gfx942"));
+            }
+        }
+        for (compiler, arch) in builds {
             let out = dir.join(format!("{}.{arch}.hsaco", src.file_stem().unwrap().to_string_lossy()));
-            hip::compile_code_object(&hipcc, &src, &out, arch, &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
+            hip::compile_code_object(&compiler, &src, &out, arch, &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }
