@@ -76,6 +76,32 @@ DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16
 DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
 #endif
 
+/* A thread's elements of a 16-bit tile kept as loaded, 8 to a 16-byte word in memory order
+ * (element r in half r % 8 of w[r / 8]); reading one widens it to f32. Indices are constants
+ * once the element loops are unrolled, so this stays in registers. */
+DT_FN unsigned short dt_half_at(const uint4& q, int j) {
+    const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
+    return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
+}
+DT_FN uint4 dt_pack8(const unsigned short* h) {
+    uint4 q;
+    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
+    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
+    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
+    return q;
+}
+template <int R>
+struct dt_f16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_f16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+template <int R>
+struct dt_bf16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_bf16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
 DT_FN float dt_load_bf16(dt_bf16 v) { return dt_bf16_to_f32(v); }
@@ -330,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
             #pragma unroll
@@ -347,26 +373,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v1.w[c] = q3[c];
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v1.w[c] = dt_pack8(h);
                 }
             }
             float v2[8];
@@ -385,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
+            dt_f16s<8> v4; /* 16-bit values as loaded */
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
@@ -400,26 +420,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q13[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v5[8];
@@ -430,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            dt_f16s<8> v6; /* 16-bit values as loaded */
             uint4 q19[1];
             bool f20[1];
             #pragma unroll
@@ -445,26 +459,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f16(const dt_args ar
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q19[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v7[8];
@@ -530,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
             #pragma unroll
@@ -547,26 +555,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v1.w[c] = q3[c];
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v1.w[c] = dt_pack8(h);
                 }
             }
             float v2[8];
@@ -585,7 +587,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
+            dt_bf16s<8> v4; /* 16-bit values as loaded */
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
@@ -600,26 +602,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q13[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v5[8];
@@ -630,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            dt_bf16s<8> v6; /* 16-bit values as loaded */
             uint4 q19[1];
             bool f20[1];
             #pragma unroll
@@ -645,26 +641,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_bf16(const dt_args a
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q19[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v7[8];
@@ -871,7 +861,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            dt_f16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
             #pragma unroll
@@ -888,26 +878,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v1.w[c] = q3[c];
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v1.w[c] = dt_pack8(h);
                 }
             }
             float v2[8];
@@ -926,7 +910,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
+            dt_f16s<8> v4; /* 16-bit values as loaded */
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
@@ -941,26 +925,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q13[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v5[8];
@@ -971,7 +949,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            dt_f16s<8> v6; /* 16-bit values as loaded */
             uint4 q19[1];
             bool f20[1];
             #pragma unroll
@@ -986,26 +964,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f16(const dt_args args)
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q19[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v7[8];
@@ -1071,7 +1043,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                 (void)r; (void)e;
                 v0[r] = args.scalars[0];
             }
-            float v1[8];
+            dt_bf16s<8> v1; /* 16-bit values as loaded */
             uint4 q3[1];
             bool f4[1];
             #pragma unroll
@@ -1088,26 +1060,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                 const int e = (c * 128 + tid) * 8;
                 const int l7 = (int)((unsigned)e / 1024u % 1u);
                 const int l8 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
                 if (f4[c]) {
-                    const uint4 q = q3[c];
-                    v1[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v1[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v1[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v1[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v1[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v1[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v1[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v1[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v1.w[c] = q3[c];
                 } else {
-                    v1[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o2 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v1.w[c] = dt_pack8(h);
                 }
             }
             float v2[8];
@@ -1126,7 +1092,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v3[r] = dt_fast_tanh(v2[r]);
                 }
             }
-            float v4[8];
+            dt_bf16s<8> v4; /* 16-bit values as loaded */
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
@@ -1141,26 +1107,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l16 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
                 if (f14[c]) {
-                    const uint4 q = q13[c];
-                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q13[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l16) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l16) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l16 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l16 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l16 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l16 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l16 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l16 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l16 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v5[8];
@@ -1171,7 +1131,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
                     v5[r] = (v3[r] * v4[r]);
                 }
             }
-            float v6[8];
+            dt_bf16s<8> v6; /* 16-bit values as loaded */
             uint4 q19[1];
             bool f20[1];
             #pragma unroll
@@ -1186,26 +1146,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_bf16(const dt_args args
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 128 + tid) * 8;
                 const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
                 if (f20[c]) {
-                    const uint4 q = q19[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q19[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o2 + l22) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o2 + l22) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o2 + (l22 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o2 + (l22 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o2 + (l22 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o2 + (l22 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o2 + (l22 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o2 + (l22 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o2 + (l22 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v7[8];

@@ -76,6 +76,32 @@ DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16
 DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
 #endif
 
+/* A thread's elements of a 16-bit tile kept as loaded, 8 to a 16-byte word in memory order
+ * (element r in half r % 8 of w[r / 8]); reading one widens it to f32. Indices are constants
+ * once the element loops are unrolled, so this stays in registers. */
+DT_FN unsigned short dt_half_at(const uint4& q, int j) {
+    const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
+    return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
+}
+DT_FN uint4 dt_pack8(const unsigned short* h) {
+    uint4 q;
+    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
+    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
+    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
+    return q;
+}
+template <int R>
+struct dt_f16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_f16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+template <int R>
+struct dt_bf16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_bf16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
 DT_FN float dt_load_bf16(dt_bf16 v) { return dt_bf16_to_f32(v); }
@@ -371,32 +397,26 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        dt_f16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 1024u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 1024u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -417,9 +437,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -472,8 +492,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -493,9 +513,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 4; g++) a34 = a34 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -540,31 +560,25 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[8];
@@ -575,31 +589,25 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[8];
@@ -613,20 +621,20 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f16(const d
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 1024u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -705,32 +713,26 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 1024u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 1024u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 1024u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -751,9 +753,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 4; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -806,8 +808,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -827,9 +829,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 4; g++) a34 = a34 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -874,31 +876,25 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[8];
@@ -909,31 +905,25 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[8];
@@ -947,20 +937,20 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_bf16(const 
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 128 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 1024u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1299,32 +1289,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 4096u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 4096u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1345,9 +1329,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 8; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1400,8 +1384,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1421,9 +1405,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 8; g++) a34 = a34 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1468,31 +1452,25 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[16];
@@ -1503,31 +1481,25 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[16];
@@ -1541,20 +1513,20 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 4096u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1633,32 +1605,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 4096u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 4096u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1679,9 +1645,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 8; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1734,8 +1700,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1755,9 +1721,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 8; g++) a34 = a34 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1802,31 +1768,25 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[16];
@@ -1837,31 +1797,25 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[16];
@@ -1875,20 +1829,20 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 4096u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2227,32 +2181,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[32];
+        dt_f16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 16384u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 16384u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 16384u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -2273,9 +2221,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -2328,8 +2276,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2349,9 +2297,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -2396,31 +2344,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[32];
+        dt_f16s<32> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[32];
@@ -2431,31 +2373,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[32];
+        dt_f16s<32> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[32];
@@ -2469,20 +2405,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f16(const dt_
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 16384u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 16384u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2561,32 +2497,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[32];
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 16384u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 16384u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 16384u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -2607,9 +2537,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -2662,8 +2592,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2683,9 +2613,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -2730,31 +2660,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[32];
+        dt_bf16s<32> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[32];
@@ -2765,31 +2689,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[32];
+        dt_bf16s<32> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[32];
@@ -2803,20 +2721,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_bf16(const dt
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 16384u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 16384u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -3120,7 +3038,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[16];
+            dt_f16s<16> v0; /* 16-bit values as loaded */
             uint4 q6[2];
             bool f7[2];
             #pragma unroll
@@ -3137,26 +3055,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -3238,7 +3150,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            float v6[16];
+            dt_f16s<16> v6; /* 16-bit values as loaded */
             uint4 q25[2];
             bool f26[2];
             #pragma unroll
@@ -3255,26 +3167,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
-                    const uint4 q = q25[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q25[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v8[16];
@@ -3359,7 +3265,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o46 = 0; o46 < s1; o46 += 8192) {
-            float v18[16];
+            dt_f16s<16> v18; /* 16-bit values as loaded */
             uint4 q47[2];
             bool f48[2];
             #pragma unroll
@@ -3376,26 +3282,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = (c * 512 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
-                    const uint4 q = q47[c];
-                    v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v18[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v18[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v18[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v18.w[c] = q47[c];
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v18.w[c] = dt_pack8(h);
                 }
             }
             float v20[16];
@@ -3432,7 +3332,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            float v26[16];
+            dt_f16s<16> v26; /* 16-bit values as loaded */
             uint4 q59[2];
             bool f60[2];
             #pragma unroll
@@ -3447,26 +3347,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
-                    const uint4 q = q59[c];
-                    v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v26.w[c] = q59[c];
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v26.w[c] = dt_pack8(h);
                 }
             }
             float v27[16];
@@ -3477,7 +3371,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[16];
+            dt_f16s<16> v28; /* 16-bit values as loaded */
             uint4 q65[2];
             bool f66[2];
             #pragma unroll
@@ -3492,26 +3386,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
-                    const uint4 q = q65[c];
-                    v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v28.w[c] = q65[c];
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v28.w[c] = dt_pack8(h);
                 }
             }
             float v29[16];
@@ -3583,7 +3471,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[16];
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
             uint4 q6[2];
             bool f7[2];
             #pragma unroll
@@ -3600,26 +3488,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -3701,7 +3583,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            float v6[16];
+            dt_bf16s<16> v6; /* 16-bit values as loaded */
             uint4 q25[2];
             bool f26[2];
             #pragma unroll
@@ -3718,26 +3600,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
-                    const uint4 q = q25[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q25[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v8[16];
@@ -3822,7 +3698,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o46 = 0; o46 < s1; o46 += 8192) {
-            float v18[16];
+            dt_bf16s<16> v18; /* 16-bit values as loaded */
             uint4 q47[2];
             bool f48[2];
             #pragma unroll
@@ -3839,26 +3715,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = (c * 512 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
-                    const uint4 q = q47[c];
-                    v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v18[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v18[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v18[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v18.w[c] = q47[c];
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v18.w[c] = dt_pack8(h);
                 }
             }
             float v20[16];
@@ -3895,7 +3765,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            float v26[16];
+            dt_bf16s<16> v26; /* 16-bit values as loaded */
             uint4 q59[2];
             bool f60[2];
             #pragma unroll
@@ -3910,26 +3780,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
-                    const uint4 q = q59[c];
-                    v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v26.w[c] = q59[c];
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v26.w[c] = dt_pack8(h);
                 }
             }
             float v27[16];
@@ -3940,7 +3804,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[16];
+            dt_bf16s<16> v28; /* 16-bit values as loaded */
             uint4 q65[2];
             bool f66[2];
             #pragma unroll
@@ -3955,26 +3819,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
-                    const uint4 q = q65[c];
-                    v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v28.w[c] = q65[c];
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v28.w[c] = dt_pack8(h);
                 }
             }
             float v29[16];

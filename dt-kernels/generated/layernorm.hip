@@ -76,6 +76,32 @@ DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16
 DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
 #endif
 
+/* A thread's elements of a 16-bit tile kept as loaded, 8 to a 16-byte word in memory order
+ * (element r in half r % 8 of w[r / 8]); reading one widens it to f32. Indices are constants
+ * once the element loops are unrolled, so this stays in registers. */
+DT_FN unsigned short dt_half_at(const uint4& q, int j) {
+    const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
+    return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
+}
+DT_FN uint4 dt_pack8(const unsigned short* h) {
+    uint4 q;
+    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
+    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
+    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
+    return q;
+}
+template <int R>
+struct dt_f16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_f16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+template <int R>
+struct dt_bf16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_bf16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
 DT_FN float dt_load_bf16(dt_bf16 v) { return dt_bf16_to_f32(v); }
@@ -1079,32 +1105,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        dt_f16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 4096u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 4096u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1125,9 +1145,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1180,8 +1200,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1201,9 +1221,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1248,31 +1268,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        dt_f16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[8];
@@ -1283,31 +1297,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        dt_f16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[8];
@@ -1321,20 +1329,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(const dt_a
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 4096u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -1413,32 +1421,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[8];
+        dt_bf16s<8> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 4096u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 4096u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1459,9 +1461,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 16; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1514,8 +1516,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1535,9 +1537,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 16; g++) a32 = a32 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -1582,31 +1584,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[8];
+        dt_bf16s<8> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[8];
@@ -1617,31 +1613,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[8];
+        dt_bf16s<8> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[8];
@@ -1655,20 +1645,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(const dt_
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 4096u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 4096u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2007,32 +1997,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 16384u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 16384u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 16384u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -2053,9 +2037,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 32; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 32; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -2108,8 +2092,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2129,9 +2113,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 32; g++) a34 = a34 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 32; g++) a32 = a32 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -2176,31 +2160,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[16];
@@ -2211,31 +2189,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[16];
@@ -2249,20 +2221,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 16384u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 16384u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2341,32 +2313,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l19 = (int)((unsigned)e / 16384u % 1u);
-            const int l20 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l20) * (unsigned)args.input_strides[0][1];
+            const int l17 = (int)((unsigned)e / 16384u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 16384u);
             if (f13[c]) {
-                const uint4 q = q12[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q12[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + l20) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 8 + 7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(0 + (l20 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -2387,9 +2353,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a22 = 0e0f;
-            for (int g = 0; g < 32; g++) a22 = a22 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a22;
+            float a20 = 0e0f;
+            for (int g = 0; g < 32; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -2442,8 +2408,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
-                const int l32 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2463,9 +2429,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 32; g++) a34 = a34 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a34;
+            float a32 = 0e0f;
+            for (int g = 0; g < 32; g++) a32 = a32 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -2510,31 +2476,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l44 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l44) * (unsigned)args.input_strides[1][0];
+            const int l40 = (int)((unsigned)e / 1u % 16384u);
             if (fn5[c]) {
-                const uint4 q = qn4[c];
-                v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v26.w[c] = qn4[c];
             } else {
-                v26[c * 8 + 0] = ((unsigned)(0 + l44) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 1] = ((unsigned)(0 + (l44 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 2] = ((unsigned)(0 + (l44 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 3] = ((unsigned)(0 + (l44 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 4] = ((unsigned)(0 + (l44 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 5] = ((unsigned)(0 + (l44 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 6] = ((unsigned)(0 + (l44 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 8 + 7] = ((unsigned)(0 + (l44 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
         float v27[16];
@@ -2545,31 +2505,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l49 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l49) * (unsigned)args.input_strides[2][0];
+            const int l43 = (int)((unsigned)e / 1u % 16384u);
             if (fn7[c]) {
-                const uint4 q = qn6[c];
-                v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v28.w[c] = qn6[c];
             } else {
-                v28[c * 8 + 0] = ((unsigned)(0 + l49) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 1] = ((unsigned)(0 + (l49 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 2] = ((unsigned)(0 + (l49 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 3] = ((unsigned)(0 + (l49 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 4] = ((unsigned)(0 + (l49 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 5] = ((unsigned)(0 + (l49 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 6] = ((unsigned)(0 + (l49 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 8 + 7] = ((unsigned)(0 + (l49 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
         float v29[16];
@@ -2583,20 +2537,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l52 = (int)((unsigned)e / 16384u % 1u);
-            const int l53 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.output_strides[0] + (unsigned)(0 + l53) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l46 = (int)((unsigned)e / 16384u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + l53) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                if ((unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)(0 + (l53 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }
@@ -2900,7 +2854,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[8];
+            dt_f16s<8> v0; /* 16-bit values as loaded */
             uint4 q6[1];
             bool f7[1];
             #pragma unroll
@@ -2917,26 +2871,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -3018,7 +2966,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            float v6[8];
+            dt_f16s<8> v6; /* 16-bit values as loaded */
             uint4 q25[1];
             bool f26[1];
             #pragma unroll
@@ -3035,26 +2983,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
-                    const uint4 q = q25[c];
-                    v6[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q25[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v8[8];
@@ -3139,7 +3081,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o46 = 0; o46 < s1; o46 += 8192) {
-            float v18[8];
+            dt_f16s<8> v18; /* 16-bit values as loaded */
             uint4 q47[1];
             bool f48[1];
             #pragma unroll
@@ -3156,26 +3098,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int e = (c * 1024 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
-                    const uint4 q = q47[c];
-                    v18[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v18[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v18[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v18[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v18[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v18[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v18[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v18[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v18.w[c] = q47[c];
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v18.w[c] = dt_pack8(h);
                 }
             }
             float v20[8];
@@ -3212,7 +3148,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            float v26[8];
+            dt_f16s<8> v26; /* 16-bit values as loaded */
             uint4 q59[1];
             bool f60[1];
             #pragma unroll
@@ -3227,26 +3163,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
-                    const uint4 q = q59[c];
-                    v26[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v26[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v26[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v26[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v26[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v26[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v26[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v26[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v26.w[c] = q59[c];
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_f16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_f16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_f16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_f16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_f16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_f16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_f16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_f16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v26.w[c] = dt_pack8(h);
                 }
             }
             float v27[8];
@@ -3257,7 +3187,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[8];
+            dt_f16s<8> v28; /* 16-bit values as loaded */
             uint4 q65[1];
             bool f66[1];
             #pragma unroll
@@ -3272,26 +3202,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
-                    const uint4 q = q65[c];
-                    v28[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v28[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v28[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v28[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v28[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v28[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v28[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v28[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v28.w[c] = q65[c];
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_f16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_f16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_f16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_f16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_f16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_f16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_f16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_f16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v28.w[c] = dt_pack8(h);
                 }
             }
             float v29[8];
@@ -3363,7 +3287,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[8];
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
             uint4 q6[1];
             bool f7[1];
             #pragma unroll
@@ -3380,26 +3304,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -3481,7 +3399,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         }
         /* rsum layernorm.tensorize(y:8192) */
         for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            float v6[8];
+            dt_bf16s<8> v6; /* 16-bit values as loaded */
             uint4 q25[1];
             bool f26[1];
             #pragma unroll
@@ -3498,26 +3416,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l29 = (int)((unsigned)e / 8192u % 1u);
                 const int l30 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
                 if (f26[c]) {
-                    const uint4 q = q25[c];
-                    v6[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v6[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v6[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v6[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v6[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v6[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v6[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v6[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v6.w[c] = q25[c];
                 } else {
-                    v6[c * 8 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 8 + 7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v6.w[c] = dt_pack8(h);
                 }
             }
             float v8[8];
@@ -3602,7 +3514,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o46 = 0; o46 < s1; o46 += 8192) {
-            float v18[8];
+            dt_bf16s<8> v18; /* 16-bit values as loaded */
             uint4 q47[1];
             bool f48[1];
             #pragma unroll
@@ -3619,26 +3531,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int e = (c * 1024 + tid) * 8;
                 const int l51 = (int)((unsigned)e / 8192u % 1u);
                 const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
                 if (f48[c]) {
-                    const uint4 q = q47[c];
-                    v18[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v18[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v18[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v18[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v18[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v18[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v18[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v18[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v18.w[c] = q47[c];
                 } else {
-                    v18[c * 8 + 0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 8 + 7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v18.w[c] = dt_pack8(h);
                 }
             }
             float v20[8];
@@ -3675,7 +3581,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            float v26[8];
+            dt_bf16s<8> v26; /* 16-bit values as loaded */
             uint4 q59[1];
             bool f60[1];
             #pragma unroll
@@ -3690,26 +3596,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l62 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
                 if (f60[c]) {
-                    const uint4 q = q59[c];
-                    v26[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v26[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v26[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v26[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v26[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v26[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v26[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v26[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v26.w[c] = q59[c];
                 } else {
-                    v26[c * 8 + 0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? dt_load_bf16(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? dt_load_bf16(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? dt_load_bf16(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? dt_load_bf16(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? dt_load_bf16(in1[a + 4 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? dt_load_bf16(in1[a + 5 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? dt_load_bf16(in1[a + 6 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 8 + 7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? dt_load_bf16(in1[a + 7 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    v26.w[c] = dt_pack8(h);
                 }
             }
             float v27[8];
@@ -3720,7 +3620,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[8];
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
             uint4 q65[1];
             bool f66[1];
             #pragma unroll
@@ -3735,26 +3635,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
                 if (f66[c]) {
-                    const uint4 q = q65[c];
-                    v28[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v28[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v28[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v28[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v28[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v28[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v28[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v28[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v28.w[c] = q65[c];
                 } else {
-                    v28[c * 8 + 0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? dt_load_bf16(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? dt_load_bf16(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? dt_load_bf16(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? dt_load_bf16(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? dt_load_bf16(in2[a + 4 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? dt_load_bf16(in2[a + 5 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? dt_load_bf16(in2[a + 6 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 8 + 7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? dt_load_bf16(in2[a + 7 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    v28.w[c] = dt_pack8(h);
                 }
             }
             float v29[8];

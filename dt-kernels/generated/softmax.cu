@@ -76,6 +76,32 @@ DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16
 DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
 #endif
 
+/* A thread's elements of a 16-bit tile kept as loaded, 8 to a 16-byte word in memory order
+ * (element r in half r % 8 of w[r / 8]); reading one widens it to f32. Indices are constants
+ * once the element loops are unrolled, so this stays in registers. */
+DT_FN unsigned short dt_half_at(const uint4& q, int j) {
+    const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
+    return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
+}
+DT_FN uint4 dt_pack8(const unsigned short* h) {
+    uint4 q;
+    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
+    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
+    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
+    return q;
+}
+template <int R>
+struct dt_f16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_f16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+template <int R>
+struct dt_bf16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_bf16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
 DT_FN float dt_load_bf16(dt_bf16 v) { return dt_bf16_to_f32(v); }
@@ -323,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         uint4 q3[2];
         bool f4[2];
         #pragma unroll
@@ -340,26 +366,20 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_f16(const dt_
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
-                const uint4 q = q3[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q3[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -513,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         uint4 q3[2];
         bool f4[2];
         #pragma unroll
@@ -530,26 +550,20 @@ extern "C" __global__ void __launch_bounds__(64, 10) dt_softmax_1k_bf16(const dt
             const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
             if (f4[c]) {
-                const uint4 q = q3[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q3[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -896,32 +910,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l13 = (int)((unsigned)e / 4096u % 1u);
-            const int l14 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
+            const int l11 = (int)((unsigned)e / 4096u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 4096u);
             if (f7[c]) {
-                const uint4 q = q6[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q6[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -942,9 +950,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a16 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a16;
+            float a14 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a14;
         }
         {
             const int r = 0, e = 0;
@@ -985,8 +993,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l25 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1006,9 +1014,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a27 = 0e0f;
-            for (int g = 0; g < 8; g++) a27 = a27 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v9[r] = a27;
+            float a25 = 0e0f;
+            for (int g = 0; g < 8; g++) a25 = a25 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a25;
         }
         {
             const int r = 0, e = 0;
@@ -1032,20 +1040,20 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_f16(const dt_
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 4096u % 1u);
+            const int l31 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1102,32 +1110,26 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[16];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l13 = (int)((unsigned)e / 4096u % 1u);
-            const int l14 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
+            const int l11 = (int)((unsigned)e / 4096u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 4096u);
             if (f7[c]) {
-                const uint4 q = q6[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q6[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1148,9 +1150,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a16 = (-INFINITY);
-            for (int g = 0; g < 8; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a16;
+            float a14 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a14;
         }
         {
             const int r = 0, e = 0;
@@ -1191,8 +1193,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l25 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l23 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1212,9 +1214,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a27 = 0e0f;
-            for (int g = 0; g < 8; g++) a27 = a27 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v9[r] = a27;
+            float a25 = 0e0f;
+            for (int g = 0; g < 8; g++) a25 = a25 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a25;
         }
         {
             const int r = 0, e = 0;
@@ -1238,20 +1240,20 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_softmax_4k_bf16(const dt
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 256 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 4096u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 4096u % 1u);
+            const int l31 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1476,32 +1478,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[32];
+        dt_f16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l13 = (int)((unsigned)e / 16384u % 1u);
-            const int l14 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
+            const int l11 = (int)((unsigned)e / 16384u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 16384u);
             if (f7[c]) {
-                const uint4 q = q6[c];
-                v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                v0.w[c] = q6[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1522,9 +1518,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a16 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a16;
+            float a14 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a14;
         }
         {
             const int r = 0, e = 0;
@@ -1565,8 +1561,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l25 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l23 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1586,9 +1582,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a27 = 0e0f;
-            for (int g = 0; g < 16; g++) a27 = a27 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a27;
+            float a25 = 0e0f;
+            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a25;
         }
         {
             const int r = 0, e = 0;
@@ -1612,20 +1608,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f16(const dt_ar
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 16384u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 16384u % 1u);
+            const int l31 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1682,32 +1678,26 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[32];
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l13 = (int)((unsigned)e / 16384u % 1u);
-            const int l14 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l14) * (unsigned)args.input_strides[0][1];
+            const int l11 = (int)((unsigned)e / 16384u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 16384u);
             if (f7[c]) {
-                const uint4 q = q6[c];
-                v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                v0.w[c] = q6[c];
             } else {
-                v0[c * 8 + 0] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + l14) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 1] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 2] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 3] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 4] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 5] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 6] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 8 + 7] = ((unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(0 + (l14 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
@@ -1728,9 +1718,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a16 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a16 = fmaxf(a16, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a16;
+            float a14 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a14;
         }
         {
             const int r = 0, e = 0;
@@ -1771,8 +1761,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                const int l25 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l25) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l23 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1792,9 +1782,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a27 = 0e0f;
-            for (int g = 0; g < 16; g++) a27 = a27 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a27;
+            float a25 = 0e0f;
+            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a25;
         }
         {
             const int r = 0, e = 0;
@@ -1818,20 +1808,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_bf16(const dt_a
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 512 + tid) * 8;
-            const int l32 = (int)((unsigned)e / 16384u % 1u);
-            const int l33 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l30 = (int)((unsigned)e / 16384u % 1u);
+            const int l31 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -2041,7 +2031,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         }
         /* rmax softmax.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[16];
+            dt_f16s<16> v0; /* 16-bit values as loaded */
             uint4 q6[2];
             bool f7[2];
             #pragma unroll
@@ -2058,26 +2048,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -2147,7 +2131,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         }
         /* rsum softmax.tensorize(y:8192) */
         for (long long o23 = 0; o23 < s1; o23 += 8192) {
-            float v4[16];
+            dt_f16s<16> v4; /* 16-bit values as loaded */
             uint4 q24[2];
             bool f25[2];
             #pragma unroll
@@ -2164,26 +2148,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l28 = (int)((unsigned)e / 8192u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
                 if (f25[c]) {
-                    const uint4 q = q24[c];
-                    v4[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q24[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v6[16];
@@ -2262,7 +2240,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         }
         /* softmax.tensorize(y:8192) */
         for (long long o44 = 0; o44 < s1; o44 += 8192) {
-            float v11[16];
+            dt_f16s<16> v11; /* 16-bit values as loaded */
             uint4 q45[2];
             bool f46[2];
             #pragma unroll
@@ -2279,26 +2257,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
                 if (f46[c]) {
-                    const uint4 q = q45[c];
-                    v11[c * 8 + 0] = dt_load_f16((unsigned short)(q.x & 0xffffu));
-                    v11[c * 8 + 1] = dt_load_f16((unsigned short)(q.x >> 16));
-                    v11[c * 8 + 2] = dt_load_f16((unsigned short)(q.y & 0xffffu));
-                    v11[c * 8 + 3] = dt_load_f16((unsigned short)(q.y >> 16));
-                    v11[c * 8 + 4] = dt_load_f16((unsigned short)(q.z & 0xffffu));
-                    v11[c * 8 + 5] = dt_load_f16((unsigned short)(q.z >> 16));
-                    v11[c * 8 + 6] = dt_load_f16((unsigned short)(q.w & 0xffffu));
-                    v11[c * 8 + 7] = dt_load_f16((unsigned short)(q.w >> 16));
+                    v11.w[c] = q45[c];
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_f16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_f16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_f16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_f16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_f16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_f16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_f16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_f16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v11.w[c] = dt_pack8(h);
                 }
             }
             float v13[16];
@@ -2384,7 +2356,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         }
         /* rmax softmax.tensorize(y:8192) */
         for (long long o5 = 0; o5 < s1; o5 += 8192) {
-            float v0[16];
+            dt_bf16s<16> v0; /* 16-bit values as loaded */
             uint4 q6[2];
             bool f7[2];
             #pragma unroll
@@ -2401,26 +2373,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l10 = (int)((unsigned)e / 8192u % 1u);
                 const int l11 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
                 if (f7[c]) {
-                    const uint4 q = q6[c];
-                    v0[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v0[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v0[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v0[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v0[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v0[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v0[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v0[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v0.w[c] = q6[c];
                 } else {
-                    v0[c * 8 + 0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 8 + 7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    v0.w[c] = dt_pack8(h);
                 }
             }
             #pragma unroll
@@ -2490,7 +2456,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         }
         /* rsum softmax.tensorize(y:8192) */
         for (long long o23 = 0; o23 < s1; o23 += 8192) {
-            float v4[16];
+            dt_bf16s<16> v4; /* 16-bit values as loaded */
             uint4 q24[2];
             bool f25[2];
             #pragma unroll
@@ -2507,26 +2473,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l28 = (int)((unsigned)e / 8192u % 1u);
                 const int l29 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
                 if (f25[c]) {
-                    const uint4 q = q24[c];
-                    v4[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v4[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v4[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v4[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v4[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v4[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v4[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v4[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v4.w[c] = q24[c];
                 } else {
-                    v4[c * 8 + 0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 8 + 7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v4.w[c] = dt_pack8(h);
                 }
             }
             float v6[16];
@@ -2605,7 +2565,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         }
         /* softmax.tensorize(y:8192) */
         for (long long o44 = 0; o44 < s1; o44 += 8192) {
-            float v11[16];
+            dt_bf16s<16> v11; /* 16-bit values as loaded */
             uint4 q45[2];
             bool f46[2];
             #pragma unroll
@@ -2622,26 +2582,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = (c * 512 + tid) * 8;
                 const int l49 = (int)((unsigned)e / 8192u % 1u);
                 const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
                 if (f46[c]) {
-                    const uint4 q = q45[c];
-                    v11[c * 8 + 0] = dt_load_bf16((unsigned short)(q.x & 0xffffu));
-                    v11[c * 8 + 1] = dt_load_bf16((unsigned short)(q.x >> 16));
-                    v11[c * 8 + 2] = dt_load_bf16((unsigned short)(q.y & 0xffffu));
-                    v11[c * 8 + 3] = dt_load_bf16((unsigned short)(q.y >> 16));
-                    v11[c * 8 + 4] = dt_load_bf16((unsigned short)(q.z & 0xffffu));
-                    v11[c * 8 + 5] = dt_load_bf16((unsigned short)(q.z >> 16));
-                    v11[c * 8 + 6] = dt_load_bf16((unsigned short)(q.w & 0xffffu));
-                    v11[c * 8 + 7] = dt_load_bf16((unsigned short)(q.w >> 16));
+                    v11.w[c] = q45[c];
                 } else {
-                    v11[c * 8 + 0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? dt_load_bf16(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? dt_load_bf16(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? dt_load_bf16(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? dt_load_bf16(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? dt_load_bf16(in0[a + 4 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? dt_load_bf16(in0[a + 5 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? dt_load_bf16(in0[a + 6 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 8 + 7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? dt_load_bf16(in0[a + 7 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    v11.w[c] = dt_pack8(h);
                 }
             }
             float v13[16];

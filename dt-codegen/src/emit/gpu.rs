@@ -736,6 +736,75 @@ impl Emitter<'_> {
         });
     }
 
+    /// Whether value `id` is a 16-bit load kept as loaded: in a 16-bit kernel, a tile read in
+    /// 16-byte runs whose fill the element type holds exactly. Its registers hold the raw words
+    /// (`dt_f16s<R>` / `dt_bf16s<R>` of the runtime), half the registers of the f32 values, and
+    /// every read of an element widens it there (one instruction); so a row kept across the
+    /// reductions of layernorm takes 8 registers per 16 elements, not 16.
+    fn packed(&self, id: ValueId) -> bool {
+        let Op::Load { axes, fill, .. } = self.def(id) else { return false };
+        let shape = &self.k.value(id).shape;
+        self.dtype.size_bytes() == 2
+            && self.layout(id) == RegLayout::Blocked
+            && !self.plan.direct_load(id)
+            && self.vector_run(shape, axes).is_some()
+            && self.dtype.round(*fill) == *fill
+    }
+
+    /// The operation that defines value `id`.
+    fn def(&self, id: ValueId) -> &Op {
+        fn find(stmts: &[Stmt], id: ValueId) -> Option<&Op> {
+            stmts.iter().find_map(|s| match s {
+                Stmt::Let { value, op } if *value == id => Some(op),
+                Stmt::Loop(l) => find(&l.body, id),
+                _ => None,
+            })
+        }
+        find(&self.k.body, id).expect("every value is defined")
+    }
+
+    /// A [`Self::packed`] load: its 16-byte runs (issued ahead by the block loop, or here), and
+    /// element by element, as raw 16-bit values, the runs that are partly out of bounds,
+    /// misaligned or strided (`fill` where out of bounds).
+    fn packed_load(&mut self, id: ValueId, input: usize, axes: &[DimId], fill: f32) {
+        let shape = self.k.value(id).shape.clone();
+        let v = self.vector_run(&shape, axes).unwrap_or(1);
+        let runs = self.regs(shape.elements()) / v;
+        let dst = format!("v{}", id.0);
+        let stride = |a: usize| input_stride(input, a);
+        let last = axes.len() - 1;
+        let bits = match self.dtype {
+            DType::BF16 => half::bf16::from_f32(fill).to_bits(),
+            _ => half::f16::from_f32(fill).to_bits(),
+        };
+        self.line(&format!("dt_{}s<{}> {dst}; /* 16-bit values as loaded */", self.dtype.name(), runs * v));
+        let prefetched = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
+        let (q, fast) = match prefetched {
+            Some(names) => names,
+            None => {
+                let (q, fast) = (self.fresh("q"), self.fresh("f"));
+                self.line(&format!("uint4 {q}[{runs}];"));
+                self.line(&format!("bool {fast}[{runs}];"));
+                self.issue_vector_loads(&shape, input, axes, &q, &fast);
+                (q, fast)
+            }
+        };
+        self.for_runs(&shape, v, |e, lanes, _| {
+            let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
+            e.line(&format!("if ({fast}[c]) {{"));
+            e.line(&format!("    {dst}.w[c] = {q}[c];"));
+            e.line("} else {");
+            e.line(&format!("    const {} a = {addr};", super::GPU_INDEX));
+            e.line("    unsigned short h[8];");
+            for j in 0..v {
+                let (cond, _) = super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                e.line(&format!("    h[{j}] = ({cond}) ? in{input}[a + {j} * {}] : (unsigned short){bits:#06x}u;", stride(last)));
+            }
+            e.line(&format!("    {dst}.w[c] = dt_pack8(h);"));
+            e.line("}");
+        });
+    }
+
     /// The loads of block loop `l` that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in
     /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
     /// known ahead: the start of their block).
@@ -1012,6 +1081,7 @@ impl Emitter<'_> {
             Op::Load { .. } if self.plan.direct_load(id) => {
                 self.line(&format!("/* v{}: loaded by the tensor-core dot that reads it */", id.0));
             }
+            Op::Load { input, axes, fill } if self.packed(id) => self.packed_load(id, *input, axes, *fill),
             Op::Load { input, axes, fill } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {
                 self.declare(&dst, &shape);
                 let fill = float_lit(*fill);

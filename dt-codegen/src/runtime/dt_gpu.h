@@ -75,6 +75,32 @@ DT_FN unsigned dt_pack2_f16(float lo, float hi) { return (unsigned)dt_f32_to_f16
 DT_FN unsigned dt_pack2_bf16(float lo, float hi) { return (unsigned)dt_f32_to_bf16(lo) | ((unsigned)dt_f32_to_bf16(hi) << 16); }
 #endif
 
+/* A thread's elements of a 16-bit tile kept as loaded, 8 to a 16-byte word in memory order
+ * (element r in half r % 8 of w[r / 8]); reading one widens it to f32. Indices are constants
+ * once the element loops are unrolled, so this stays in registers. */
+DT_FN unsigned short dt_half_at(const uint4& q, int j) {
+    const unsigned x = (j >> 1) == 0 ? q.x : (j >> 1) == 1 ? q.y : (j >> 1) == 2 ? q.z : q.w;
+    return (unsigned short)((j & 1) ? x >> 16 : x & 0xffffu);
+}
+DT_FN uint4 dt_pack8(const unsigned short* h) {
+    uint4 q;
+    q.x = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    q.y = (unsigned)h[2] | ((unsigned)h[3] << 16);
+    q.z = (unsigned)h[4] | ((unsigned)h[5] << 16);
+    q.w = (unsigned)h[6] | ((unsigned)h[7] << 16);
+    return q;
+}
+template <int R>
+struct dt_f16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_f16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+template <int R>
+struct dt_bf16s {
+    uint4 w[R / 8];
+    DT_FN float operator[](int r) const { return dt_bf16_to_f32(dt_half_at(w[r >> 3], r & 7)); }
+};
+
 DT_FN float dt_load_f32(float v) { return v; }
 DT_FN float dt_load_f16(dt_f16 v) { return dt_f16_to_f32(v); }
 DT_FN float dt_load_bf16(dt_bf16 v) { return dt_bf16_to_f32(v); }
