@@ -12,20 +12,6 @@ use dt_core::explore::{self, Rng};
 use dt_core::kir::Kernel;
 use dt_core::DType;
 
-const SPECS: &[&str] = &[
-    "dt-kernels/specs/matmul.dt",
-    "dt-kernels/specs/mm_leaky_relu.dt",
-    "dt-kernels/specs/softmax.dt",
-    "dt-kernels/specs/layernorm.dt",
-    "dt-kernels/specs/dyt.dt",
-    "dt-kernels/specs/attention.dt",
-    "dt-codegen/tests/specs/vadd.dt",
-    "dt-codegen/tests/specs/softmax_fused.dt",
-    "dt-codegen/tests/specs/matmul_grouped.dt",
-    "dt-codegen/tests/specs/swish.dt",
-    "dt-codegen/tests/specs/matmul_mma.dt",
-    "dt-codegen/tests/specs/row_stats.dt",
-];
 
 /// Random schedules per spec, besides its own.
 const RANDOM_SCHEDULES: usize = 6;

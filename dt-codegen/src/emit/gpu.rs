@@ -769,6 +769,7 @@ impl Emitter<'_> {
     fn packed_load(&mut self, id: ValueId, input: usize, axes: &[DimId], fill: f32) {
         let shape = self.k.value(id).shape.clone();
         let v = self.vector_run(&shape, axes).unwrap_or(1);
+        debug_assert_eq!(v, 8, "16-byte runs of 16-bit values");
         let runs = self.regs(shape.elements()) / v;
         let dst = format!("v{}", id.0);
         let stride = |a: usize| input_stride(input, a);

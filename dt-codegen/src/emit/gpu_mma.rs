@@ -636,15 +636,22 @@ impl Emitter<'_> {
             let at = if j == 0 { step("", b_steps) } else { step(&j.to_string(), b_steps) };
             self.line(&format!("dt_ldmatrix_x2{b_trans}(fb[{j}][0], fb[{j}][1], fb0 + {at});"));
         }
+        self.fragment_products(&format!("dt_mma_m16n8k16_{suffix}"), acc, fm, fn_);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// `acc` += the products of the `fm` A fragments `fa[i]` and the `fn_` B fragments `fb[j]`
+    /// of one step, through the matrix instruction helper `mma` (4 accumulator registers per
+    /// fragment, fragments row-major).
+    fn fragment_products(&mut self, mma: &str, acc: &str, fm: u32, fn_: u32) {
         self.line("#pragma unroll");
         self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
         self.depth += 1;
         self.line("#pragma unroll");
-        self.line(&format!("for (int j = 0; j < {fn_}; j++) dt_mma_m16n8k16_{suffix}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
+        self.line(&format!("for (int j = 0; j < {fn_}; j++) {mma}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
         self.depth -= 1;
         self.line("}");
     }
@@ -700,13 +707,7 @@ impl Emitter<'_> {
                 self.line("}");
             }
         }
-        self.line("#pragma unroll");
-        self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
-        self.depth += 1;
-        self.line("#pragma unroll");
-        self.line(&format!("for (int j = 0; j < {fn_}; j++) dt_mfma_16x16x16_{suffix}(&{acc}[(i * {fn_} + j) * 4], fa[i], fb[j]);"));
-        self.depth -= 1;
-        self.line("}");
+        self.fragment_products(&format!("dt_mfma_16x16x16_{suffix}"), acc, fm, fn_);
         self.depth -= 1;
         self.line("}");
         self.depth -= 1;

@@ -7,6 +7,23 @@ use dt_core::tensor::{Args, Tensor};
 use dt_core::DType;
 use std::path::PathBuf;
 
+/// Every library spec and test spec, as paths from the workspace root: what the tests that run
+/// generated code (on a GPU, or the HIP C on the CPU) cover.
+pub const SPECS: &[&str] = &[
+    "dt-kernels/specs/matmul.dt",
+    "dt-kernels/specs/mm_leaky_relu.dt",
+    "dt-kernels/specs/softmax.dt",
+    "dt-kernels/specs/layernorm.dt",
+    "dt-kernels/specs/dyt.dt",
+    "dt-kernels/specs/attention.dt",
+    "dt-codegen/tests/specs/vadd.dt",
+    "dt-codegen/tests/specs/softmax_fused.dt",
+    "dt-codegen/tests/specs/matmul_grouped.dt",
+    "dt-codegen/tests/specs/swish.dt",
+    "dt-codegen/tests/specs/matmul_mma.dt",
+    "dt-codegen/tests/specs/row_stats.dt",
+];
+
 /// The workspace root: where this test was built, or, when the binary runs elsewhere (copied
 /// to a GPU machine), the current directory.
 pub fn workspace() -> PathBuf {
