@@ -1,6 +1,6 @@
 //! The checked-in generated sources (`dt-kernels/generated/`): fresh, and accepted by the real
 //! toolchains: nvcc for sm_80 and sm_90a, hipcc for gfx90a, gcc and clang for the CPU C, all
-//! with warnings as errors. Without a toolchain a test says so and passes, unless
+//! with warnings as errors; and the CUDA and HIP C of the lowering's test specs, too. Without a toolchain a test says so and passes, unless
 //! `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a missing toolchain fails.
 
 use build_support::cuda::{self, Arch};
@@ -98,6 +98,34 @@ fn generated_hip_compiles_for_gfx90a() {
             let out = dir.join(format!("{}.{arch}.hsaco", src.file_stem().unwrap().to_string_lossy()));
             hip::compile_code_object(&compiler, &src, &out, arch, &["-Wall", "-Wextra", "-Werror"]).unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+}
+
+/// The lowering's test specs (`dt-codegen/tests/specs/`), which cover schedules the library
+/// specs do not, emitted as CUDA and HIP C and compiled as the library's are (sm_80 and gfx90a,
+/// warnings as errors).
+#[test]
+fn test_specs_compile_for_sm80_and_gfx90a() {
+    let Some(nvcc) = require("nvcc", nvcc()) else { return };
+    let Some(hipcc) = require("hipcc", hip::find_hipcc(&BuildEnv::from_process())) else { return };
+    let dir = out_dir("test_specs");
+    let specs = workspace().join("dt-codegen/tests/specs");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&specs).expect("test specs").flatten().map(|e| e.path()).collect();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "dt"));
+    paths.sort();
+    assert!(!paths.is_empty(), "no specs under {}", specs.display());
+    for path in paths {
+        let name = path.file_stem().expect("stem").to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(&path).expect("spec");
+        let outputs = dt_codegen::generate::generate(&name, &format!("dt-codegen/tests/specs/{name}.dt"), &src)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (cu, hip_src) = (dir.join(format!("{name}.cu")), dir.join(format!("{name}.hip")));
+        std::fs::write(&cu, &outputs.cuda).expect("write");
+        std::fs::write(&hip_src, &outputs.hip).expect("write");
+        cuda::compile_cubin(&nvcc, &cu, &dir.join(format!("{name}.cubin")), Arch::new(80), &["-Werror", "all-warnings", "-Xptxas", "-Werror"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        hip::compile_code_object(&hipcc, &hip_src, &dir.join(format!("{name}.gfx90a.hsaco")), "gfx90a", &["-Wall", "-Wextra", "-Werror"])
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
