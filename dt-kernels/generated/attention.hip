@@ -1705,44 +1705,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l19 = (int)((unsigned)e / 2048u % 1u);
-                            const int l20 = (int)((unsigned)e / 2048u % 1u);
-                            const int l21 = (int)((unsigned)e / 32u % 64u);
-                            const int l22 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l22) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l17 = (int)((unsigned)e / 2048u % 1u);
+                            const int l18 = (int)((unsigned)e / 2048u % 1u);
+                            const int l19 = (int)((unsigned)e / 32u % 64u);
+                            const int l20 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l18) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l19) * (unsigned)args.input_strides[0][2] + (unsigned)(o16 + l20) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v0[c * 4 + 0] = __uint_as_float(q.x);
                                 v0[c * 4 + 1] = __uint_as_float(q.y);
                                 v0[c * 4 + 2] = __uint_as_float(q.z);
                                 v0[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v0[c * 4 + 0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + l22) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v0[c * 4 + 3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(o16 + (l22 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + l20) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v0[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1 && (unsigned)(o3 + l19) < (unsigned)s2 && (unsigned)(o16 + (l20 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v1[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l25 = (int)((unsigned)e / 2048u % 1u);
-                            const int l26 = (int)((unsigned)e / 2048u % 1u);
-                            const int l27 = (int)((unsigned)e / 32u % 64u);
-                            const int l28 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l28) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l21 = (int)((unsigned)e / 2048u % 1u);
+                            const int l22 = (int)((unsigned)e / 2048u % 1u);
+                            const int l23 = (int)((unsigned)e / 32u % 64u);
+                            const int l24 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l23) * (unsigned)args.input_strides[1][2] + (unsigned)(o16 + l24) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v1[c * 4 + 0] = __uint_as_float(q.x);
                                 v1[c * 4 + 1] = __uint_as_float(q.y);
                                 v1[c * 4 + 2] = __uint_as_float(q.z);
                                 v1[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v1[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v1[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o16 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + l24) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v1[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o11 + l23) < (unsigned)s3 && (unsigned)(o16 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1758,13 +1758,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                const int l31 = (int)((unsigned)e / 64u % 64u);
-                                const int l32 = (int)((unsigned)e / 1u % 64u);
-                                float a33 = 0.0f;
-                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
-                                v2[r] = a33;
+                                const int l25 = (int)((unsigned)e / 4096u % 1u);
+                                const int l26 = (int)((unsigned)e / 4096u % 1u);
+                                const int l27 = (int)((unsigned)e / 64u % 64u);
+                                const int l28 = (int)((unsigned)e / 1u % 64u);
+                                float a29 = 0.0f;
+                                for (int q = 0; q < 32; q++) a29 = fmaf((dt_smem + 0)[l25 * 2048 + l26 * 2048 + l27 * 32 + q * 1], (dt_smem + 4096)[l25 * 2048 + l26 * 2048 + l28 * 32 + q * 1], a29);
+                                v2[r] = a29;
                             }
                         }
                         #pragma unroll
@@ -1808,8 +1808,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l49 = (int)((unsigned)e / 1u % 64u);
-                            v7[r] = ((unsigned)(o11 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            const int l45 = (int)((unsigned)e / 1u % 64u);
+                            v7[r] = ((unsigned)(o11 + l45) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                     }
                     #pragma unroll
@@ -1839,10 +1839,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     const int q = tid % 4;
                     float p = (-INFINITY);
                     if (j < 64) {
-                        const int l58 = (j / 64) % 1;
-                        const int l59 = (j / 64) % 1;
-                        const int l60 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l58 * 4096 + l59 * 4096 + l60 * 64 + i * 1]);
+                        const int l54 = (j / 64) % 1;
+                        const int l55 = (j / 64) % 1;
+                        const int l56 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l54 * 4096 + l55 * 4096 + l56 * 64 + i * 1]);
                     }
                     for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                     if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -1889,7 +1889,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     }
                 }
                 /* rsum attention.tensorize(j:64) */
-                for (long long o77 = 0; o77 < s3; o77 += 64) {
+                for (long long o73 = 0; o73 < s3; o73 += 64) {
                     /* rdot accumulator */
                     float acc4[16];
                     #pragma unroll
@@ -1900,49 +1900,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(d:32) */
-                    for (long long o82 = 0; o82 < s5; o82 += 32) {
+                    for (long long o78 = 0; o78 < s5; o78 += 32) {
                         float v10[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l85 = (int)((unsigned)e / 2048u % 1u);
-                            const int l86 = (int)((unsigned)e / 2048u % 1u);
-                            const int l87 = (int)((unsigned)e / 32u % 64u);
-                            const int l88 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l85) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l86) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l87) * (unsigned)args.input_strides[0][2] + (unsigned)(o82 + l88) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l79 = (int)((unsigned)e / 2048u % 1u);
+                            const int l80 = (int)((unsigned)e / 2048u % 1u);
+                            const int l81 = (int)((unsigned)e / 32u % 64u);
+                            const int l82 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l79) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l80) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l81) * (unsigned)args.input_strides[0][2] + (unsigned)(o78 + l82) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v10[c * 4 + 0] = __uint_as_float(q.x);
                                 v10[c * 4 + 1] = __uint_as_float(q.y);
                                 v10[c * 4 + 2] = __uint_as_float(q.z);
                                 v10[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v10[c * 4 + 0] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + l88) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 1] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 2] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v10[c * 4 + 3] = ((unsigned)(o1 + l85) < (unsigned)s0 && (unsigned)(o2 + l86) < (unsigned)s1 && (unsigned)(o3 + l87) < (unsigned)s2 && (unsigned)(o82 + (l88 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 0] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + l82) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 1] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 2] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v10[c * 4 + 3] = ((unsigned)(o1 + l79) < (unsigned)s0 && (unsigned)(o2 + l80) < (unsigned)s1 && (unsigned)(o3 + l81) < (unsigned)s2 && (unsigned)(o78 + (l82 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v11[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l91 = (int)((unsigned)e / 2048u % 1u);
-                            const int l92 = (int)((unsigned)e / 2048u % 1u);
-                            const int l93 = (int)((unsigned)e / 32u % 64u);
-                            const int l94 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[1][1] + (unsigned)(o77 + l93) * (unsigned)args.input_strides[1][2] + (unsigned)(o82 + l94) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l83 = (int)((unsigned)e / 2048u % 1u);
+                            const int l84 = (int)((unsigned)e / 2048u % 1u);
+                            const int l85 = (int)((unsigned)e / 32u % 64u);
+                            const int l86 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l83) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l84) * (unsigned)args.input_strides[1][1] + (unsigned)(o73 + l85) * (unsigned)args.input_strides[1][2] + (unsigned)(o78 + l86) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v11[c * 4 + 0] = __uint_as_float(q.x);
                                 v11[c * 4 + 1] = __uint_as_float(q.y);
                                 v11[c * 4 + 2] = __uint_as_float(q.z);
                                 v11[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + l94) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o77 + l93) < (unsigned)s3 && (unsigned)(o82 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 0] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + l86) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 1] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 2] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v11[c * 4 + 3] = ((unsigned)(o1 + l83) < (unsigned)s0 && (unsigned)(o2 + l84) < (unsigned)s1 && (unsigned)(o73 + l85) < (unsigned)s3 && (unsigned)(o78 + (l86 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -1958,13 +1958,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l95 = (int)((unsigned)e / 4096u % 1u);
-                                const int l96 = (int)((unsigned)e / 4096u % 1u);
-                                const int l97 = (int)((unsigned)e / 64u % 64u);
-                                const int l98 = (int)((unsigned)e / 1u % 64u);
-                                float a99 = 0.0f;
-                                for (int q = 0; q < 32; q++) a99 = fmaf((dt_smem + 0)[l95 * 2048 + l96 * 2048 + l97 * 32 + q * 1], (dt_smem + 4096)[l95 * 2048 + l96 * 2048 + l98 * 32 + q * 1], a99);
-                                v12[r] = a99;
+                                const int l87 = (int)((unsigned)e / 4096u % 1u);
+                                const int l88 = (int)((unsigned)e / 4096u % 1u);
+                                const int l89 = (int)((unsigned)e / 64u % 64u);
+                                const int l90 = (int)((unsigned)e / 1u % 64u);
+                                float a91 = 0.0f;
+                                for (int q = 0; q < 32; q++) a91 = fmaf((dt_smem + 0)[l87 * 2048 + l88 * 2048 + l89 * 32 + q * 1], (dt_smem + 4096)[l87 * 2048 + l88 * 2048 + l90 * 32 + q * 1], a91);
+                                v12[r] = a91;
                             }
                         }
                         #pragma unroll
@@ -2012,10 +2012,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l112 = (int)((unsigned)e / 4096u % 1u);
-                            const int l113 = (int)((unsigned)e / 4096u % 1u);
-                            const int l114 = (int)((unsigned)e / 64u % 64u);
-                            v18[r] = (v16[r] - (dt_smem + 0)[l112 * 64 + l113 * 64 + l114]);
+                            const int l104 = (int)((unsigned)e / 4096u % 1u);
+                            const int l105 = (int)((unsigned)e / 4096u % 1u);
+                            const int l106 = (int)((unsigned)e / 64u % 64u);
+                            v18[r] = (v16[r] - (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
                         }
                     }
                     float v19[16];
@@ -2031,8 +2031,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l123 = (int)((unsigned)e / 1u % 64u);
-                            v20[r] = ((unsigned)(o77 + l123) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l115 = (int)((unsigned)e / 1u % 64u);
+                            v20[r] = ((unsigned)(o73 + l115) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                     }
                     #pragma unroll
@@ -2062,10 +2062,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     const int q = tid % 4;
                     float p = 0e0f;
                     if (j < 64) {
-                        const int l132 = (j / 64) % 1;
-                        const int l133 = (j / 64) % 1;
-                        const int l134 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l132 * 4096 + l133 * 4096 + l134 * 64 + i * 1];
+                        const int l124 = (j / 64) % 1;
+                        const int l125 = (j / 64) % 1;
+                        const int l126 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l124 * 4096 + l125 * 4096 + l126 * 64 + i * 1];
                     }
                     for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                     if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -2094,7 +2094,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     }
                 }
                 /* block(e:128) attention.tensorize(e:0) */
-                for (long long o144 = b4 * 128; o144 < dt_min_ll(b4 * 128 + 128, s4); o144 += 128) {
+                for (long long o136 = b4 * 128; o136 < dt_min_ll(b4 * 128 + 128, s4); o136 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -2105,7 +2105,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         }
                     }
                     /* rdot attention.tensorize(j:64) */
-                    for (long long o149 = 0; o149 < s3; o149 += 64) {
+                    for (long long o141 = 0; o141 < s3; o141 += 64) {
                         /* rdot accumulator */
                         float acc7[16];
                         #pragma unroll
@@ -2116,49 +2116,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             }
                         }
                         /* rdot attention.tensorize(d:32) */
-                        for (long long o154 = 0; o154 < s5; o154 += 32) {
+                        for (long long o146 = 0; o146 < s5; o146 += 32) {
                             float v23[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l157 = (int)((unsigned)e / 2048u % 1u);
-                                const int l158 = (int)((unsigned)e / 2048u % 1u);
-                                const int l159 = (int)((unsigned)e / 32u % 64u);
-                                const int l160 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l157) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l158) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l159) * (unsigned)args.input_strides[0][2] + (unsigned)(o154 + l160) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l147 = (int)((unsigned)e / 2048u % 1u);
+                                const int l148 = (int)((unsigned)e / 2048u % 1u);
+                                const int l149 = (int)((unsigned)e / 32u % 64u);
+                                const int l150 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l147) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l148) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l149) * (unsigned)args.input_strides[0][2] + (unsigned)(o146 + l150) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v23[c * 4 + 0] = __uint_as_float(q.x);
                                     v23[c * 4 + 1] = __uint_as_float(q.y);
                                     v23[c * 4 + 2] = __uint_as_float(q.z);
                                     v23[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v23[c * 4 + 0] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + l160) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 1] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 2] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v23[c * 4 + 3] = ((unsigned)(o1 + l157) < (unsigned)s0 && (unsigned)(o2 + l158) < (unsigned)s1 && (unsigned)(o3 + l159) < (unsigned)s2 && (unsigned)(o154 + (l160 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 0] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + l150) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 1] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 2] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v23[c * 4 + 3] = ((unsigned)(o1 + l147) < (unsigned)s0 && (unsigned)(o2 + l148) < (unsigned)s1 && (unsigned)(o3 + l149) < (unsigned)s2 && (unsigned)(o146 + (l150 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v24[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l163 = (int)((unsigned)e / 2048u % 1u);
-                                const int l164 = (int)((unsigned)e / 2048u % 1u);
-                                const int l165 = (int)((unsigned)e / 32u % 64u);
-                                const int l166 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l163) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l164) * (unsigned)args.input_strides[1][1] + (unsigned)(o149 + l165) * (unsigned)args.input_strides[1][2] + (unsigned)(o154 + l166) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l151 = (int)((unsigned)e / 2048u % 1u);
+                                const int l152 = (int)((unsigned)e / 2048u % 1u);
+                                const int l153 = (int)((unsigned)e / 32u % 64u);
+                                const int l154 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l151) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l152) * (unsigned)args.input_strides[1][1] + (unsigned)(o141 + l153) * (unsigned)args.input_strides[1][2] + (unsigned)(o146 + l154) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v24[c * 4 + 0] = __uint_as_float(q.x);
                                     v24[c * 4 + 1] = __uint_as_float(q.y);
                                     v24[c * 4 + 2] = __uint_as_float(q.z);
                                     v24[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v24[c * 4 + 0] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + l166) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 1] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 2] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v24[c * 4 + 3] = ((unsigned)(o1 + l163) < (unsigned)s0 && (unsigned)(o2 + l164) < (unsigned)s1 && (unsigned)(o149 + l165) < (unsigned)s3 && (unsigned)(o154 + (l166 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 0] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + l154) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 1] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 2] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v24[c * 4 + 3] = ((unsigned)(o1 + l151) < (unsigned)s0 && (unsigned)(o2 + l152) < (unsigned)s1 && (unsigned)(o141 + l153) < (unsigned)s3 && (unsigned)(o146 + (l154 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -2174,13 +2174,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l167 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l168 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l169 = (int)((unsigned)e / 64u % 64u);
-                                    const int l170 = (int)((unsigned)e / 1u % 64u);
-                                    float a171 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a171 = fmaf((dt_smem + 0)[l167 * 2048 + l168 * 2048 + l169 * 32 + q * 1], (dt_smem + 4096)[l167 * 2048 + l168 * 2048 + l170 * 32 + q * 1], a171);
-                                    v25[r] = a171;
+                                    const int l155 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l156 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l157 = (int)((unsigned)e / 64u % 64u);
+                                    const int l158 = (int)((unsigned)e / 1u % 64u);
+                                    float a159 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a159 = fmaf((dt_smem + 0)[l155 * 2048 + l156 * 2048 + l157 * 32 + q * 1], (dt_smem + 4096)[l155 * 2048 + l156 * 2048 + l158 * 32 + q * 1], a159);
+                                    v25[r] = a159;
                                 }
                             }
                             #pragma unroll
@@ -2228,10 +2228,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l184 = (int)((unsigned)e / 4096u % 1u);
-                                const int l185 = (int)((unsigned)e / 4096u % 1u);
-                                const int l186 = (int)((unsigned)e / 64u % 64u);
-                                v31[r] = (v29[r] - (dt_smem + 0)[l184 * 64 + l185 * 64 + l186]);
+                                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                                const int l173 = (int)((unsigned)e / 4096u % 1u);
+                                const int l174 = (int)((unsigned)e / 64u % 64u);
+                                v31[r] = (v29[r] - (dt_smem + 0)[l172 * 64 + l173 * 64 + l174]);
                             }
                         }
                         float v32[16];
@@ -2247,8 +2247,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l195 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = ((unsigned)(o149 + l195) < (unsigned)s3) ? v32[r] : 0e0f;
+                                const int l183 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = ((unsigned)(o141 + l183) < (unsigned)s3) ? v32[r] : 0e0f;
                             }
                         }
                         float v34[32];
@@ -2256,11 +2256,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l196 = (int)((unsigned)e / 8192u % 1u);
-                                const int l197 = (int)((unsigned)e / 8192u % 1u);
-                                const int l198 = (int)((unsigned)e / 64u % 128u);
-                                const int l199 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o1 + l196) < (unsigned)s0 && (unsigned)(o2 + l197) < (unsigned)s1 && (unsigned)(o149 + l199) < (unsigned)s3 && (unsigned)(o144 + l198) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l196) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l197) * (unsigned)args.input_strides[2][1] + (unsigned)(o149 + l199) * (unsigned)args.input_strides[2][2] + (unsigned)(o144 + l198) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l184 = (int)((unsigned)e / 8192u % 1u);
+                                const int l185 = (int)((unsigned)e / 8192u % 1u);
+                                const int l186 = (int)((unsigned)e / 64u % 128u);
+                                const int l187 = (int)((unsigned)e / 1u % 64u);
+                                v34[r] = ((unsigned)(o1 + l184) < (unsigned)s0 && (unsigned)(o2 + l185) < (unsigned)s1 && (unsigned)(o141 + l187) < (unsigned)s3 && (unsigned)(o136 + l186) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l184) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l185) * (unsigned)args.input_strides[2][1] + (unsigned)(o141 + l187) * (unsigned)args.input_strides[2][2] + (unsigned)(o136 + l186) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -2276,13 +2276,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l200 = (int)((unsigned)e / 8192u % 1u);
-                                const int l201 = (int)((unsigned)e / 8192u % 1u);
-                                const int l202 = (int)((unsigned)e / 128u % 64u);
-                                const int l203 = (int)((unsigned)e / 1u % 128u);
-                                float a204 = 0.0f;
-                                for (int q = 0; q < 64; q++) a204 = fmaf((dt_smem + 0)[l200 * 4096 + l201 * 4096 + l202 * 64 + q * 1], (dt_smem + 4096)[l200 * 8192 + l201 * 8192 + l203 * 64 + q * 1], a204);
-                                v35[r] = a204;
+                                const int l188 = (int)((unsigned)e / 8192u % 1u);
+                                const int l189 = (int)((unsigned)e / 8192u % 1u);
+                                const int l190 = (int)((unsigned)e / 128u % 64u);
+                                const int l191 = (int)((unsigned)e / 1u % 128u);
+                                float a192 = 0.0f;
+                                for (int q = 0; q < 64; q++) a192 = fmaf((dt_smem + 0)[l188 * 4096 + l189 * 4096 + l190 * 64 + q * 1], (dt_smem + 4096)[l188 * 8192 + l189 * 8192 + l191 * 64 + q * 1], a192);
+                                v35[r] = a192;
                             }
                         }
                         #pragma unroll
@@ -2310,27 +2310,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(const dt_args
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l213 = (int)((unsigned)e / 8192u % 1u);
-                            const int l214 = (int)((unsigned)e / 8192u % 1u);
-                            const int l215 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l213 * 64 + l214 * 64 + l215]);
+                            const int l201 = (int)((unsigned)e / 8192u % 1u);
+                            const int l202 = (int)((unsigned)e / 8192u % 1u);
+                            const int l203 = (int)((unsigned)e / 128u % 64u);
+                            v38[r] = (v36[r] / (dt_smem + 0)[l201 * 64 + l202 * 64 + l203]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l217 = (int)((unsigned)e / 8192u % 1u);
-                        const int l218 = (int)((unsigned)e / 8192u % 1u);
-                        const int l219 = (int)((unsigned)e / 128u % 64u);
-                        const int l220 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l217) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l218) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l219) * (unsigned)args.output_strides[2] + (unsigned)(o144 + l220) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l205 = (int)((unsigned)e / 8192u % 1u);
+                        const int l206 = (int)((unsigned)e / 8192u % 1u);
+                        const int l207 = (int)((unsigned)e / 128u % 64u);
+                        const int l208 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l205) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l206) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l207) * (unsigned)args.output_strides[2] + (unsigned)(o136 + l208) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + l220) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o1 + l217) < (unsigned)s0 && (unsigned)(o2 + l218) < (unsigned)s1 && (unsigned)(o3 + l219) < (unsigned)s2 && (unsigned)(o144 + (l220 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
+                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + l208) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
+                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
+                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
+                            if ((unsigned)(o1 + l205) < (unsigned)s0 && (unsigned)(o2 + l206) < (unsigned)s1 && (unsigned)(o3 + l207) < (unsigned)s2 && (unsigned)(o136 + (l208 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
                         }
                     }
                 }
@@ -4110,44 +4110,44 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l23 = (int)((unsigned)e / 2048u % 1u);
-                            const int l24 = (int)((unsigned)e / 2048u % 1u);
-                            const int l25 = (int)((unsigned)e / 32u % 64u);
-                            const int l26 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l26) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l21 = (int)((unsigned)e / 2048u % 1u);
+                            const int l22 = (int)((unsigned)e / 2048u % 1u);
+                            const int l23 = (int)((unsigned)e / 32u % 64u);
+                            const int l24 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v3[c * 4 + 0] = __uint_as_float(q.x);
                                 v3[c * 4 + 1] = __uint_as_float(q.y);
                                 v3[c * 4 + 2] = __uint_as_float(q.z);
                                 v3[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v3[c * 4 + 0] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 1] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 2] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v3[c * 4 + 3] = ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o20 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v3[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v4[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l29 = (int)((unsigned)e / 2048u % 1u);
-                            const int l30 = (int)((unsigned)e / 2048u % 1u);
-                            const int l31 = (int)((unsigned)e / 32u % 64u);
-                            const int l32 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l32) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l25 = (int)((unsigned)e / 2048u % 1u);
+                            const int l26 = (int)((unsigned)e / 2048u % 1u);
+                            const int l27 = (int)((unsigned)e / 32u % 64u);
+                            const int l28 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o11 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v4[c * 4 + 0] = __uint_as_float(q.x);
                                 v4[c * 4 + 1] = __uint_as_float(q.y);
                                 v4[c * 4 + 2] = __uint_as_float(q.z);
                                 v4[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v4[c * 4 + 0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + l32) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v4[c * 4 + 3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1 && (unsigned)(o11 + l31) < (unsigned)s3 && (unsigned)(o20 + (l32 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v4[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o2 + l26) < (unsigned)s1 && (unsigned)(o11 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4163,13 +4163,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l33 = (int)((unsigned)e / 4096u % 1u);
-                                const int l34 = (int)((unsigned)e / 4096u % 1u);
-                                const int l35 = (int)((unsigned)e / 64u % 64u);
-                                const int l36 = (int)((unsigned)e / 1u % 64u);
-                                float a37 = 0.0f;
-                                for (int q = 0; q < 32; q++) a37 = fmaf((dt_smem + 0)[l33 * 2048 + l34 * 2048 + l35 * 32 + q * 1], (dt_smem + 4096)[l33 * 2048 + l34 * 2048 + l36 * 32 + q * 1], a37);
-                                v5[r] = a37;
+                                const int l29 = (int)((unsigned)e / 4096u % 1u);
+                                const int l30 = (int)((unsigned)e / 4096u % 1u);
+                                const int l31 = (int)((unsigned)e / 64u % 64u);
+                                const int l32 = (int)((unsigned)e / 1u % 64u);
+                                float a33 = 0.0f;
+                                for (int q = 0; q < 32; q++) a33 = fmaf((dt_smem + 0)[l29 * 2048 + l30 * 2048 + l31 * 32 + q * 1], (dt_smem + 4096)[l29 * 2048 + l30 * 2048 + l32 * 32 + q * 1], a33);
+                                v5[r] = a33;
                             }
                         }
                         #pragma unroll
@@ -4233,8 +4233,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l57 = (int)((unsigned)e / 1u % 64u);
-                            v13[r] = ((unsigned)(o11 + l57) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            const int l53 = (int)((unsigned)e / 1u % 64u);
+                            v13[r] = ((unsigned)(o11 + l53) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                     }
                     #pragma unroll
@@ -4264,10 +4264,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     const int q = tid % 4;
                     float p = (-INFINITY);
                     if (j < 64) {
-                        const int l66 = (j / 64) % 1;
-                        const int l67 = (j / 64) % 1;
-                        const int l68 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l66 * 4096 + l67 * 4096 + l68 * 64 + i * 1]);
+                        const int l62 = (j / 64) % 1;
+                        const int l63 = (j / 64) % 1;
+                        const int l64 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l62 * 4096 + l63 * 4096 + l64 * 64 + i * 1]);
                     }
                     for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
                     if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4314,14 +4314,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     }
                 }
                 /* rsum attention_causal.tensorize(j:64) */
-                for (long long o85 = 0; o85 < s3; o85 += 64) {
+                for (long long o81 = 0; o81 < s3; o81 += 64) {
                     float v16[1];
                     #pragma unroll
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l86 = (int)((unsigned)e / 1u % 64u);
-                            v16[r] = (float)(o85 + l86);
+                            const int l82 = (int)((unsigned)e / 1u % 64u);
+                            v16[r] = (float)(o81 + l82);
                         }
                     }
                     float v17[1];
@@ -4329,8 +4329,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 1; r++) {
                         const int e = tid + r * 256;
                         if (e < 64) {
-                            const int l87 = (int)((unsigned)e / 1u % 64u);
-                            v17[r] = (float)(o3 + l87);
+                            const int l83 = (int)((unsigned)e / 1u % 64u);
+                            v17[r] = (float)(o3 + l83);
                         }
                     }
                     __syncthreads();
@@ -4346,9 +4346,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l88 = (int)((unsigned)e / 64u % 64u);
-                            const int l89 = (int)((unsigned)e / 1u % 64u);
-                            v18[r] = (((dt_smem + 0)[l89]) <= ((dt_smem + 4096)[l88]) ? 1.0f : 0.0f);
+                            const int l84 = (int)((unsigned)e / 64u % 64u);
+                            const int l85 = (int)((unsigned)e / 1u % 64u);
+                            v18[r] = (((dt_smem + 0)[l85]) <= ((dt_smem + 4096)[l84]) ? 1.0f : 0.0f);
                         }
                     }
                     /* rdot accumulator */
@@ -4361,49 +4361,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(d:32) */
-                    for (long long o94 = 0; o94 < s5; o94 += 32) {
+                    for (long long o90 = 0; o90 < s5; o90 += 32) {
                         float v19[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l97 = (int)((unsigned)e / 2048u % 1u);
-                            const int l98 = (int)((unsigned)e / 2048u % 1u);
-                            const int l99 = (int)((unsigned)e / 32u % 64u);
-                            const int l100 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l97) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l98) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l99) * (unsigned)args.input_strides[0][2] + (unsigned)(o94 + l100) * (unsigned)args.input_strides[0][3];
-                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                            const int l91 = (int)((unsigned)e / 2048u % 1u);
+                            const int l92 = (int)((unsigned)e / 2048u % 1u);
+                            const int l93 = (int)((unsigned)e / 32u % 64u);
+                            const int l94 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l92) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l93) * (unsigned)args.input_strides[0][2] + (unsigned)(o90 + l94) * (unsigned)args.input_strides[0][3];
+                            if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in0 + a);
                                 v19[c * 4 + 0] = __uint_as_float(q.x);
                                 v19[c * 4 + 1] = __uint_as_float(q.y);
                                 v19[c * 4 + 2] = __uint_as_float(q.z);
                                 v19[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v19[c * 4 + 0] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + l100) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 1] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 2] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                v19[c * 4 + 3] = ((unsigned)(o1 + l97) < (unsigned)s0 && (unsigned)(o2 + l98) < (unsigned)s1 && (unsigned)(o3 + l99) < (unsigned)s2 && (unsigned)(o94 + (l100 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + l94) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                v19[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o2 + l92) < (unsigned)s1 && (unsigned)(o3 + l93) < (unsigned)s2 && (unsigned)(o90 + (l94 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                             }
                         }
                         float v20[8];
                         #pragma unroll
                         for (int c = 0; c < 2; c++) {
                             const int e = (c * 256 + tid) * 4;
-                            const int l103 = (int)((unsigned)e / 2048u % 1u);
-                            const int l104 = (int)((unsigned)e / 2048u % 1u);
-                            const int l105 = (int)((unsigned)e / 32u % 64u);
-                            const int l106 = (int)((unsigned)e / 1u % 32u);
-                            const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l104) * (unsigned)args.input_strides[1][1] + (unsigned)(o85 + l105) * (unsigned)args.input_strides[1][2] + (unsigned)(o94 + l106) * (unsigned)args.input_strides[1][3];
-                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                            const int l95 = (int)((unsigned)e / 2048u % 1u);
+                            const int l96 = (int)((unsigned)e / 2048u % 1u);
+                            const int l97 = (int)((unsigned)e / 32u % 64u);
+                            const int l98 = (int)((unsigned)e / 1u % 32u);
+                            const unsigned a = (unsigned)(o1 + l95) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l96) * (unsigned)args.input_strides[1][1] + (unsigned)(o81 + l97) * (unsigned)args.input_strides[1][2] + (unsigned)(o90 + l98) * (unsigned)args.input_strides[1][3];
+                            if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                 const uint4 q = *(const uint4*)(in1 + a);
                                 v20[c * 4 + 0] = __uint_as_float(q.x);
                                 v20[c * 4 + 1] = __uint_as_float(q.y);
                                 v20[c * 4 + 2] = __uint_as_float(q.z);
                                 v20[c * 4 + 3] = __uint_as_float(q.w);
                             } else {
-                                v20[c * 4 + 0] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + l106) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 1] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 2] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                v20[c * 4 + 3] = ((unsigned)(o1 + l103) < (unsigned)s0 && (unsigned)(o2 + l104) < (unsigned)s1 && (unsigned)(o85 + l105) < (unsigned)s3 && (unsigned)(o94 + (l106 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 0] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + l98) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 1] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 2] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                v20[c * 4 + 3] = ((unsigned)(o1 + l95) < (unsigned)s0 && (unsigned)(o2 + l96) < (unsigned)s1 && (unsigned)(o81 + l97) < (unsigned)s3 && (unsigned)(o90 + (l98 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4419,13 +4419,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l107 = (int)((unsigned)e / 4096u % 1u);
-                                const int l108 = (int)((unsigned)e / 4096u % 1u);
-                                const int l109 = (int)((unsigned)e / 64u % 64u);
-                                const int l110 = (int)((unsigned)e / 1u % 64u);
-                                float a111 = 0.0f;
-                                for (int q = 0; q < 32; q++) a111 = fmaf((dt_smem + 0)[l107 * 2048 + l108 * 2048 + l109 * 32 + q * 1], (dt_smem + 4096)[l107 * 2048 + l108 * 2048 + l110 * 32 + q * 1], a111);
-                                v21[r] = a111;
+                                const int l99 = (int)((unsigned)e / 4096u % 1u);
+                                const int l100 = (int)((unsigned)e / 4096u % 1u);
+                                const int l101 = (int)((unsigned)e / 64u % 64u);
+                                const int l102 = (int)((unsigned)e / 1u % 64u);
+                                float a103 = 0.0f;
+                                for (int q = 0; q < 32; q++) a103 = fmaf((dt_smem + 0)[l99 * 2048 + l100 * 2048 + l101 * 32 + q * 1], (dt_smem + 4096)[l99 * 2048 + l100 * 2048 + l102 * 32 + q * 1], a103);
+                                v21[r] = a103;
                             }
                         }
                         #pragma unroll
@@ -4493,10 +4493,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l128 = (int)((unsigned)e / 4096u % 1u);
-                            const int l129 = (int)((unsigned)e / 4096u % 1u);
-                            const int l130 = (int)((unsigned)e / 64u % 64u);
-                            v30[r] = (v28[r] - (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
+                            const int l120 = (int)((unsigned)e / 4096u % 1u);
+                            const int l121 = (int)((unsigned)e / 4096u % 1u);
+                            const int l122 = (int)((unsigned)e / 64u % 64u);
+                            v30[r] = (v28[r] - (dt_smem + 0)[l120 * 64 + l121 * 64 + l122]);
                         }
                     }
                     float v31[16];
@@ -4512,8 +4512,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 16; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l139 = (int)((unsigned)e / 1u % 64u);
-                            v32[r] = ((unsigned)(o85 + l139) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l131 = (int)((unsigned)e / 1u % 64u);
+                            v32[r] = ((unsigned)(o81 + l131) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                     }
                     #pragma unroll
@@ -4543,10 +4543,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     const int q = tid % 4;
                     float p = 0e0f;
                     if (j < 64) {
-                        const int l148 = (j / 64) % 1;
-                        const int l149 = (j / 64) % 1;
-                        const int l150 = (j / 1) % 64;
-                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l148 * 4096 + l149 * 4096 + l150 * 64 + i * 1];
+                        const int l140 = (j / 64) % 1;
+                        const int l141 = (j / 64) % 1;
+                        const int l142 = (j / 1) % 64;
+                        for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l140 * 4096 + l141 * 4096 + l142 * 64 + i * 1];
                     }
                     for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
                     if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
@@ -4575,7 +4575,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     }
                 }
                 /* block(e:128) attention_causal.tensorize(e:0) */
-                for (long long o160 = b4 * 128; o160 < dt_min_ll(b4 * 128 + 128, s4); o160 += 128) {
+                for (long long o152 = b4 * 128; o152 < dt_min_ll(b4 * 128 + 128, s4); o152 += 128) {
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -4586,14 +4586,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         }
                     }
                     /* rdot attention_causal.tensorize(j:64) */
-                    for (long long o165 = 0; o165 < s3; o165 += 64) {
+                    for (long long o157 = 0; o157 < s3; o157 += 64) {
                         float v35[1];
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l166 = (int)((unsigned)e / 1u % 64u);
-                                v35[r] = (float)(o165 + l166);
+                                const int l158 = (int)((unsigned)e / 1u % 64u);
+                                v35[r] = (float)(o157 + l158);
                             }
                         }
                         float v36[1];
@@ -4601,8 +4601,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l167 = (int)((unsigned)e / 1u % 64u);
-                                v36[r] = (float)(o3 + l167);
+                                const int l159 = (int)((unsigned)e / 1u % 64u);
+                                v36[r] = (float)(o3 + l159);
                             }
                         }
                         __syncthreads();
@@ -4618,9 +4618,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l168 = (int)((unsigned)e / 64u % 64u);
-                                const int l169 = (int)((unsigned)e / 1u % 64u);
-                                v37[r] = (((dt_smem + 0)[l169]) <= ((dt_smem + 4096)[l168]) ? 1.0f : 0.0f);
+                                const int l160 = (int)((unsigned)e / 64u % 64u);
+                                const int l161 = (int)((unsigned)e / 1u % 64u);
+                                v37[r] = (((dt_smem + 0)[l161]) <= ((dt_smem + 4096)[l160]) ? 1.0f : 0.0f);
                             }
                         }
                         /* rdot accumulator */
@@ -4633,49 +4633,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             }
                         }
                         /* rdot attention_causal.tensorize(d:32) */
-                        for (long long o174 = 0; o174 < s5; o174 += 32) {
+                        for (long long o166 = 0; o166 < s5; o166 += 32) {
                             float v38[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l177 = (int)((unsigned)e / 2048u % 1u);
-                                const int l178 = (int)((unsigned)e / 2048u % 1u);
-                                const int l179 = (int)((unsigned)e / 32u % 64u);
-                                const int l180 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l177) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l178) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l179) * (unsigned)args.input_strides[0][2] + (unsigned)(o174 + l180) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                                const int l167 = (int)((unsigned)e / 2048u % 1u);
+                                const int l168 = (int)((unsigned)e / 2048u % 1u);
+                                const int l169 = (int)((unsigned)e / 32u % 64u);
+                                const int l170 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l167) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l168) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l169) * (unsigned)args.input_strides[0][2] + (unsigned)(o166 + l170) * (unsigned)args.input_strides[0][3];
+                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in0 + a);
                                     v38[c * 4 + 0] = __uint_as_float(q.x);
                                     v38[c * 4 + 1] = __uint_as_float(q.y);
                                     v38[c * 4 + 2] = __uint_as_float(q.z);
                                     v38[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v38[c * 4 + 0] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + l180) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 1] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 2] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v38[c * 4 + 3] = ((unsigned)(o1 + l177) < (unsigned)s0 && (unsigned)(o2 + l178) < (unsigned)s1 && (unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o174 + (l180 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 0] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + l170) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 1] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 2] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                                    v38[c * 4 + 3] = ((unsigned)(o1 + l167) < (unsigned)s0 && (unsigned)(o2 + l168) < (unsigned)s1 && (unsigned)(o3 + l169) < (unsigned)s2 && (unsigned)(o166 + (l170 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
                                 }
                             }
                             float v39[8];
                             #pragma unroll
                             for (int c = 0; c < 2; c++) {
                                 const int e = (c * 256 + tid) * 4;
-                                const int l183 = (int)((unsigned)e / 2048u % 1u);
-                                const int l184 = (int)((unsigned)e / 2048u % 1u);
-                                const int l185 = (int)((unsigned)e / 32u % 64u);
-                                const int l186 = (int)((unsigned)e / 1u % 32u);
-                                const unsigned a = (unsigned)(o1 + l183) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l184) * (unsigned)args.input_strides[1][1] + (unsigned)(o165 + l185) * (unsigned)args.input_strides[1][2] + (unsigned)(o174 + l186) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                                const int l171 = (int)((unsigned)e / 2048u % 1u);
+                                const int l172 = (int)((unsigned)e / 2048u % 1u);
+                                const int l173 = (int)((unsigned)e / 32u % 64u);
+                                const int l174 = (int)((unsigned)e / 1u % 32u);
+                                const unsigned a = (unsigned)(o1 + l171) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l172) * (unsigned)args.input_strides[1][1] + (unsigned)(o157 + l173) * (unsigned)args.input_strides[1][2] + (unsigned)(o166 + l174) * (unsigned)args.input_strides[1][3];
+                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
                                     const uint4 q = *(const uint4*)(in1 + a);
                                     v39[c * 4 + 0] = __uint_as_float(q.x);
                                     v39[c * 4 + 1] = __uint_as_float(q.y);
                                     v39[c * 4 + 2] = __uint_as_float(q.z);
                                     v39[c * 4 + 3] = __uint_as_float(q.w);
                                 } else {
-                                    v39[c * 4 + 0] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + l186) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 1] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 2] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v39[c * 4 + 3] = ((unsigned)(o1 + l183) < (unsigned)s0 && (unsigned)(o2 + l184) < (unsigned)s1 && (unsigned)(o165 + l185) < (unsigned)s3 && (unsigned)(o174 + (l186 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 0] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + l174) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 1] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 2] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                                    v39[c * 4 + 3] = ((unsigned)(o1 + l171) < (unsigned)s0 && (unsigned)(o2 + l172) < (unsigned)s1 && (unsigned)(o157 + l173) < (unsigned)s3 && (unsigned)(o166 + (l174 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
                                 }
                             }
                             __syncthreads();
@@ -4691,13 +4691,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                             for (int r = 0; r < 16; r++) {
                                 const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                                 (void)e; {
-                                    const int l187 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l188 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l189 = (int)((unsigned)e / 64u % 64u);
-                                    const int l190 = (int)((unsigned)e / 1u % 64u);
-                                    float a191 = 0.0f;
-                                    for (int q = 0; q < 32; q++) a191 = fmaf((dt_smem + 0)[l187 * 2048 + l188 * 2048 + l189 * 32 + q * 1], (dt_smem + 4096)[l187 * 2048 + l188 * 2048 + l190 * 32 + q * 1], a191);
-                                    v40[r] = a191;
+                                    const int l175 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l176 = (int)((unsigned)e / 4096u % 1u);
+                                    const int l177 = (int)((unsigned)e / 64u % 64u);
+                                    const int l178 = (int)((unsigned)e / 1u % 64u);
+                                    float a179 = 0.0f;
+                                    for (int q = 0; q < 32; q++) a179 = fmaf((dt_smem + 0)[l175 * 2048 + l176 * 2048 + l177 * 32 + q * 1], (dt_smem + 4096)[l175 * 2048 + l176 * 2048 + l178 * 32 + q * 1], a179);
+                                    v40[r] = a179;
                                 }
                             }
                             #pragma unroll
@@ -4765,10 +4765,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l208 = (int)((unsigned)e / 4096u % 1u);
-                                const int l209 = (int)((unsigned)e / 4096u % 1u);
-                                const int l210 = (int)((unsigned)e / 64u % 64u);
-                                v49[r] = (v47[r] - (dt_smem + 0)[l208 * 64 + l209 * 64 + l210]);
+                                const int l196 = (int)((unsigned)e / 4096u % 1u);
+                                const int l197 = (int)((unsigned)e / 4096u % 1u);
+                                const int l198 = (int)((unsigned)e / 64u % 64u);
+                                v49[r] = (v47[r] - (dt_smem + 0)[l196 * 64 + l197 * 64 + l198]);
                             }
                         }
                         float v50[16];
@@ -4784,8 +4784,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 16; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l219 = (int)((unsigned)e / 1u % 64u);
-                                v51[r] = ((unsigned)(o165 + l219) < (unsigned)s3) ? v50[r] : 0e0f;
+                                const int l207 = (int)((unsigned)e / 1u % 64u);
+                                v51[r] = ((unsigned)(o157 + l207) < (unsigned)s3) ? v50[r] : 0e0f;
                             }
                         }
                         float v52[32];
@@ -4793,11 +4793,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l220 = (int)((unsigned)e / 8192u % 1u);
-                                const int l221 = (int)((unsigned)e / 8192u % 1u);
-                                const int l222 = (int)((unsigned)e / 64u % 128u);
-                                const int l223 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o1 + l220) < (unsigned)s0 && (unsigned)(o2 + l221) < (unsigned)s1 && (unsigned)(o165 + l223) < (unsigned)s3 && (unsigned)(o160 + l222) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l220) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l221) * (unsigned)args.input_strides[2][1] + (unsigned)(o165 + l223) * (unsigned)args.input_strides[2][2] + (unsigned)(o160 + l222) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                                const int l208 = (int)((unsigned)e / 8192u % 1u);
+                                const int l209 = (int)((unsigned)e / 8192u % 1u);
+                                const int l210 = (int)((unsigned)e / 64u % 128u);
+                                const int l211 = (int)((unsigned)e / 1u % 64u);
+                                v52[r] = ((unsigned)(o1 + l208) < (unsigned)s0 && (unsigned)(o2 + l209) < (unsigned)s1 && (unsigned)(o157 + l211) < (unsigned)s3 && (unsigned)(o152 + l210) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l208) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l209) * (unsigned)args.input_strides[2][1] + (unsigned)(o157 + l211) * (unsigned)args.input_strides[2][2] + (unsigned)(o152 + l210) * (unsigned)args.input_strides[2][3]]) : 0e0f;
                             }
                         }
                         __syncthreads();
@@ -4813,13 +4813,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                         for (int r = 0; r < 32; r++) {
                             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                             (void)e; {
-                                const int l224 = (int)((unsigned)e / 8192u % 1u);
-                                const int l225 = (int)((unsigned)e / 8192u % 1u);
-                                const int l226 = (int)((unsigned)e / 128u % 64u);
-                                const int l227 = (int)((unsigned)e / 1u % 128u);
-                                float a228 = 0.0f;
-                                for (int q = 0; q < 64; q++) a228 = fmaf((dt_smem + 0)[l224 * 4096 + l225 * 4096 + l226 * 64 + q * 1], (dt_smem + 4096)[l224 * 8192 + l225 * 8192 + l227 * 64 + q * 1], a228);
-                                v53[r] = a228;
+                                const int l212 = (int)((unsigned)e / 8192u % 1u);
+                                const int l213 = (int)((unsigned)e / 8192u % 1u);
+                                const int l214 = (int)((unsigned)e / 128u % 64u);
+                                const int l215 = (int)((unsigned)e / 1u % 128u);
+                                float a216 = 0.0f;
+                                for (int q = 0; q < 64; q++) a216 = fmaf((dt_smem + 0)[l212 * 4096 + l213 * 4096 + l214 * 64 + q * 1], (dt_smem + 4096)[l212 * 8192 + l213 * 8192 + l215 * 64 + q * 1], a216);
+                                v53[r] = a216;
                             }
                         }
                         #pragma unroll
@@ -4847,27 +4847,27 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(const 
                     for (int r = 0; r < 32; r++) {
                         const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                         (void)e; {
-                            const int l237 = (int)((unsigned)e / 8192u % 1u);
-                            const int l238 = (int)((unsigned)e / 8192u % 1u);
-                            const int l239 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l237 * 64 + l238 * 64 + l239]);
+                            const int l225 = (int)((unsigned)e / 8192u % 1u);
+                            const int l226 = (int)((unsigned)e / 8192u % 1u);
+                            const int l227 = (int)((unsigned)e / 128u % 64u);
+                            v56[r] = (v54[r] / (dt_smem + 0)[l225 * 64 + l226 * 64 + l227]);
                         }
                     }
                     #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         const int e = (c * 256 + tid) * 4;
-                        const int l241 = (int)((unsigned)e / 8192u % 1u);
-                        const int l242 = (int)((unsigned)e / 8192u % 1u);
-                        const int l243 = (int)((unsigned)e / 128u % 64u);
-                        const int l244 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l241) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l242) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l243) * (unsigned)args.output_strides[2] + (unsigned)(o160 + l244) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
+                        const int l229 = (int)((unsigned)e / 8192u % 1u);
+                        const int l230 = (int)((unsigned)e / 8192u % 1u);
+                        const int l231 = (int)((unsigned)e / 128u % 64u);
+                        const int l232 = (int)((unsigned)e / 1u % 128u);
+                        const unsigned a = (unsigned)(o1 + l229) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l230) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l231) * (unsigned)args.output_strides[2] + (unsigned)(o152 + l232) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
                             *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
                         } else {
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + l244) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o1 + l241) < (unsigned)s0 && (unsigned)(o2 + l242) < (unsigned)s1 && (unsigned)(o3 + l243) < (unsigned)s2 && (unsigned)(o160 + (l244 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
+                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + l232) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
+                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
+                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
+                            if ((unsigned)(o1 + l229) < (unsigned)s0 && (unsigned)(o2 + l230) < (unsigned)s1 && (unsigned)(o3 + l231) < (unsigned)s2 && (unsigned)(o152 + (l232 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
                         }
                     }
                 }

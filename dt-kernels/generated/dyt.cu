@@ -724,20 +724,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l5 = (int)((unsigned)e / 1024u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[8];
@@ -760,19 +760,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l13 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l9 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[8];
@@ -787,19 +787,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l12 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l12 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l12 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l12 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l12 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[8];
@@ -813,16 +813,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_1k_f32(const dt_args ar
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l21 = (int)((unsigned)e / 1024u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l15 = (int)((unsigned)e / 1024u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }
@@ -1229,20 +1229,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l5 = (int)((unsigned)e / 1024u % 1u);
-                const int l6 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l6) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l3 = (int)((unsigned)e / 1024u % 1u);
+                const int l4 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l4) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v1[c * 4 + 0] = __uint_as_float(q.x);
                     v1[c * 4 + 1] = __uint_as_float(q.y);
                     v1[c * 4 + 2] = __uint_as_float(q.z);
                     v1[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v1[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v1[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(o2 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v1[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(o2 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v2[8];
@@ -1265,19 +1265,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l13 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l13) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l13 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l9 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l9) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o2 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o2 + l13) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o2 + (l13 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o2 + (l13 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o2 + (l13 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o2 + l9) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o2 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o2 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o2 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v5[8];
@@ -1292,19 +1292,19 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o2 + l18) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l12 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o2 + l12) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o2 + (l12 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o2 + l18) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o2 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o2 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o2 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o2 + l12) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o2 + (l12 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o2 + (l12 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o2 + (l12 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v7[8];
@@ -1318,16 +1318,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_dyt_f32(const dt_args args)
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 128 + tid) * 4;
-                const int l21 = (int)((unsigned)e / 1024u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 1024u);
-                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l22) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l15 = (int)((unsigned)e / 1024u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l16) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v7[c * 4 + 0]), __float_as_uint(v7[c * 4 + 1]), __float_as_uint(v7[c * 4 + 2]), __float_as_uint(v7[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + l22) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
-                    if ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o2 + (l22 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + l16) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 0]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 1]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 2]);
+                    if ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o2 + (l16 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v7[c * 4 + 3]);
                 }
             }
         }

@@ -987,20 +987,20 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 1024u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 1024u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1021,9 +1021,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = 0e0f;
-            for (int g = 0; g < 4; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a8;
+            float a6 = 0e0f;
+            for (int g = 0; g < 4; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -1076,8 +1076,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l16 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1097,9 +1097,9 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v14[r] = a20;
+            float a18 = 0e0f;
+            for (int g = 0; g < 4; g++) a18 = a18 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v14[r] = a18;
         }
         {
             const int r = 0, e = 0;
@@ -1148,19 +1148,19 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l30 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[8];
@@ -1175,19 +1175,19 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l35 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l29 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[8];
@@ -1201,16 +1201,16 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l38 = (int)((unsigned)e / 1024u % 1u);
-            const int l39 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 1024u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -1879,20 +1879,20 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -1913,9 +1913,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = 0e0f;
-            for (int g = 0; g < 8; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a8;
+            float a6 = 0e0f;
+            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -1968,8 +1968,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 4096u);
-                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l16 = (int)((unsigned)e / 1u % 4096u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -1989,9 +1989,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a20;
+            float a18 = 0e0f;
+            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v14[r] = a18;
         }
         {
             const int r = 0, e = 0;
@@ -2040,19 +2040,19 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
-            const int l30 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[16];
@@ -2067,19 +2067,19 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
-            const int l35 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l29 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[16];
@@ -2093,16 +2093,16 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 256 + tid) * 4;
-            const int l38 = (int)((unsigned)e / 4096u % 1u);
-            const int l39 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 4096u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -2771,20 +2771,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
             }
         }
         float v2[1];
@@ -2805,9 +2805,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = 0e0f;
-            for (int g = 0; g < 16; g++) a8 = a8 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a8;
+            float a6 = 0e0f;
+            for (int g = 0; g < 16; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -2860,8 +2860,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 16384u);
-                v13[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l16 = (int)((unsigned)e / 1u % 16384u);
+                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
@@ -2881,9 +2881,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a20 = 0e0f;
-            for (int g = 0; g < 16; g++) a20 = a20 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a20;
+            float a18 = 0e0f;
+            for (int g = 0; g < 16; g++) a18 = a18 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a18;
         }
         {
             const int r = 0, e = 0;
@@ -2932,19 +2932,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l30 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l30) * (unsigned)args.input_strides[1][0];
-            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l30 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+            const int l26 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
+            if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in1 + a);
                 v26[c * 4 + 0] = __uint_as_float(q.x);
                 v26[c * 4 + 1] = __uint_as_float(q.y);
                 v26[c * 4 + 2] = __uint_as_float(q.z);
                 v26[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v26[c * 4 + 0] = ((unsigned)(0 + l30) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 1] = ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 2] = ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                v26[c * 4 + 3] = ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 0] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 1] = ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 2] = ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
         float v27[32];
@@ -2959,19 +2959,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l35 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(0 + l35) * (unsigned)args.input_strides[2][0];
-            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l35 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+            const int l29 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
+            if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in2 + a);
                 v28[c * 4 + 0] = __uint_as_float(q.x);
                 v28[c * 4 + 1] = __uint_as_float(q.y);
                 v28[c * 4 + 2] = __uint_as_float(q.z);
                 v28[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v28[c * 4 + 0] = ((unsigned)(0 + l35) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 1] = ((unsigned)(0 + (l35 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 2] = ((unsigned)(0 + (l35 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                v28[c * 4 + 3] = ((unsigned)(0 + (l35 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 0] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 1] = ((unsigned)(0 + (l29 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 2] = ((unsigned)(0 + (l29 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
         float v29[32];
@@ -2985,16 +2985,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l38 = (int)((unsigned)e / 16384u % 1u);
-            const int l39 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l38) * (unsigned)args.output_strides[0] + (unsigned)(0 + l39) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l32 = (int)((unsigned)e / 16384u % 1u);
+            const int l33 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + l39) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                if ((unsigned)(o1 + l38) < (unsigned)s0 && (unsigned)(0 + (l39 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + (l33 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
             }
         }
     }
@@ -3908,20 +3908,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             #pragma unroll
@@ -3958,9 +3958,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a15 = 0e0f;
-            for (int g = 0; g < 16; g++) a15 = a15 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a15;
+            float a13 = 0e0f;
+            for (int g = 0; g < 16; g++) a13 = a13 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a13;
         }
         {
             const int r = 0, e = 0;
@@ -4002,25 +4002,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             }
         }
         /* rsum layernorm.tensorize(y:8192) */
-        for (long long o22 = 0; o22 < s1; o22 += 8192) {
+        for (long long o20 = 0; o20 < s1; o20 += 8192) {
             float v6[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l25 = (int)((unsigned)e / 8192u % 1u);
-                const int l26 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o20 + l22) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v6[c * 4 + 0] = __uint_as_float(q.x);
                     v6[c * 4 + 1] = __uint_as_float(q.y);
                     v6[c * 4 + 2] = __uint_as_float(q.z);
                     v6[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v6[c * 4 + 0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + l26) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + l22) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v6[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v8[16];
@@ -4044,8 +4044,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l32 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o22 + l32) < (unsigned)s1) ? v12[r] : 0e0f;
+                    const int l28 = (int)((unsigned)e / 1u % 8192u);
+                    v13[r] = ((unsigned)(o20 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
                 }
             }
             #pragma unroll
@@ -4082,9 +4082,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a38 = 0e0f;
-            for (int g = 0; g < 16; g++) a38 = a38 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a38;
+            float a34 = 0e0f;
+            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a34;
         }
         {
             const int r = 0, e = 0;
@@ -4104,25 +4104,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o42 = 0; o42 < s1; o42 += 8192) {
+        for (long long o38 = 0; o38 < s1; o38 += 8192) {
             float v18[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l45 = (int)((unsigned)e / 8192u % 1u);
-                const int l46 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l45) * (unsigned)args.input_strides[0][0] + (unsigned)(o42 + l46) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l39 = (int)((unsigned)e / 8192u % 1u);
+                const int l40 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l39) * (unsigned)args.input_strides[0][0] + (unsigned)(o38 + l40) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + l46) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o42 + (l46 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + l40) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -4163,19 +4163,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l55 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o42 + l55) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o42 + (l55 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l47 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o38 + l47) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o38 + (l47 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o42 + l55) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o42 + (l55 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o42 + (l55 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o42 + (l55 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o38 + l47) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o38 + (l47 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o38 + (l47 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o38 + (l47 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -4190,19 +4190,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l60 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o42 + l60) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o42 + (l60 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l50 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o38 + l50) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o38 + (l50 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o42 + l60) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o42 + (l60 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o42 + (l60 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o42 + (l60 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o38 + l50) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o38 + (l50 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o38 + (l50 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o38 + (l50 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -4216,16 +4216,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l63 = (int)((unsigned)e / 8192u % 1u);
-                const int l64 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l63) * (unsigned)args.output_strides[0] + (unsigned)(o42 + l64) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l53 = (int)((unsigned)e / 8192u % 1u);
+                const int l54 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l53) * (unsigned)args.output_strides[0] + (unsigned)(o38 + l54) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + l64) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l63) < (unsigned)s0 && (unsigned)(o42 + (l64 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + l54) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

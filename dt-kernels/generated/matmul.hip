@@ -607,20 +607,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int e = (c * 256 + tid) * 4;
-                    const int l8 = (int)((unsigned)e / 32u % 128u);
-                    const int l9 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const int l6 = (int)((unsigned)e / 32u % 128u);
+                    const int l7 = (int)((unsigned)e / 1u % 32u);
+                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
                         const uint4 q = *(const uint4*)(in0 + a);
                         v0[c * 4 + 0] = __uint_as_float(q.x);
                         v0[c * 4 + 1] = __uint_as_float(q.y);
                         v0[c * 4 + 2] = __uint_as_float(q.z);
                         v0[c * 4 + 3] = __uint_as_float(q.w);
                     } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                     }
                 }
                 float v1[16];
@@ -628,9 +628,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 for (int r = 0; r < 16; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l10 = (int)((unsigned)e / 32u % 128u);
-                        const int l11 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l11) < (unsigned)s2 && (unsigned)(o2 + l10) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l11) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l10) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                        const int l8 = (int)((unsigned)e / 32u % 128u);
+                        const int l9 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
                     }
                 }
                 __syncthreads();
@@ -646,11 +646,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
                 for (int r = 0; r < 64; r++) {
                     const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
                     (void)e; {
-                        const int l12 = (int)((unsigned)e / 128u % 128u);
-                        const int l13 = (int)((unsigned)e / 1u % 128u);
-                        float a14 = 0.0f;
-                        for (int q = 0; q < 32; q++) a14 = fmaf((dt_smem + 0)[l12 * 32 + q * 1], (dt_smem + 4096)[l13 * 32 + q * 1], a14);
-                        v2[r] = a14;
+                        const int l10 = (int)((unsigned)e / 128u % 128u);
+                        const int l11 = (int)((unsigned)e / 1u % 128u);
+                        float a12 = 0.0f;
+                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
+                        v2[r] = a12;
                     }
                 }
                 #pragma unroll 1
@@ -672,16 +672,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f32(const dt_args args) 
             #pragma unroll
             for (int c = 0; c < 16; c++) {
                 const int e = (c * 256 + tid) * 4;
-                const int l19 = (int)((unsigned)e / 128u % 128u);
-                const int l20 = (int)((unsigned)e / 1u % 128u);
-                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l20) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l17 = (int)((unsigned)e / 128u % 128u);
+                const int l18 = (int)((unsigned)e / 1u % 128u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l18) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + l20) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
-                    if ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o2 + (l20 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
                 }
             }
         }

@@ -721,20 +721,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 1024u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 1024u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -754,9 +754,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a8;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -797,8 +797,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -818,9 +818,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a19 = 0e0f;
-            for (int g = 0; g < 4; g++) a19 = a19 + ((dt_smem + 0) + 4)[g * 1 + e];
-            v9[r] = a19;
+            float a17 = 0e0f;
+            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
+            v9[r] = a17;
         }
         {
             const int r = 0, e = 0;
@@ -844,16 +844,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 128 + tid) * 4;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l22 = (int)((unsigned)e / 1024u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1288,20 +1288,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 4096u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 4096u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1322,9 +1322,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a8;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -1365,8 +1365,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         for (int r = 0; r < 8; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l15 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1386,9 +1386,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a19 = 0e0f;
-            for (int g = 0; g < 16; g++) a19 = a19 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a19;
+            float a17 = 0e0f;
+            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a17;
         }
         {
             const int r = 0, e = 0;
@@ -1412,16 +1412,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 512 + tid) * 4;
-            const int l24 = (int)((unsigned)e / 4096u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l22 = (int)((unsigned)e / 4096u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1856,20 +1856,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 1024 + tid) * 4;
-            const int l5 = (int)((unsigned)e / 16384u % 1u);
-            const int l6 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
-            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+            const int l3 = (int)((unsigned)e / 16384u % 1u);
+            const int l4 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
+            if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                 const uint4 q = *(const uint4*)(in0 + a);
                 v0[c * 4 + 0] = __uint_as_float(q.x);
                 v0[c * 4 + 1] = __uint_as_float(q.y);
                 v0[c * 4 + 2] = __uint_as_float(q.z);
                 v0[c * 4 + 3] = __uint_as_float(q.w);
             } else {
-                v0[c * 4 + 0] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + l6) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 1] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 2] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                v0[c * 4 + 3] = ((unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 0] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 1] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 2] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                v0[c * 4 + 3] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + (l4 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
             }
         }
         float v2[1];
@@ -1890,9 +1890,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a8 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a8 = fmaxf(a8, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a8;
+            float a6 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a6;
         }
         {
             const int r = 0, e = 0;
@@ -1933,8 +1933,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
-                const int l17 = (int)((unsigned)e / 1u % 16384u);
-                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l15 = (int)((unsigned)e / 1u % 16384u);
+                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1954,9 +1954,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a19 = 0e0f;
-            for (int g = 0; g < 32; g++) a19 = a19 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a19;
+            float a17 = 0e0f;
+            for (int g = 0; g < 32; g++) a17 = a17 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a17;
         }
         {
             const int r = 0, e = 0;
@@ -1980,16 +1980,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(const dt_a
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 1024 + tid) * 4;
-            const int l24 = (int)((unsigned)e / 16384u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 16384u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l22 = (int)((unsigned)e / 16384u % 1u);
+            const int l23 = (int)((unsigned)e / 1u % 16384u);
+            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(o1 + l22) < (unsigned)s0 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -2685,20 +2685,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l6 = (int)((unsigned)e / 8192u % 1u);
+                const int l7 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + l9) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -2735,9 +2735,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a15 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a15 = fmaxf(a15, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a15;
+            float a13 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a13 = fmaxf(a13, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a13;
         }
         {
             const int r = 0, e = 0;
@@ -2767,25 +2767,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             }
         }
         /* rsum softmax.tensorize(y:8192) */
-        for (long long o21 = 0; o21 < s1; o21 += 8192) {
+        for (long long o19 = 0; o19 < s1; o19 += 8192) {
             float v4[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l24 = (int)((unsigned)e / 8192u % 1u);
-                const int l25 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o21 + l25) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l20 = (int)((unsigned)e / 8192u % 1u);
+                const int l21 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(o19 + l21) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v4[c * 4 + 0] = __uint_as_float(q.x);
                     v4[c * 4 + 1] = __uint_as_float(q.y);
                     v4[c * 4 + 2] = __uint_as_float(q.z);
                     v4[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v4[c * 4 + 0] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + l25) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o21 + (l25 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + l21) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v4[c * 4 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v6[8];
@@ -2809,8 +2809,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l31 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o21 + l31) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l27 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o19 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             #pragma unroll
@@ -2847,9 +2847,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a37 = 0e0f;
-            for (int g = 0; g < 32; g++) a37 = a37 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a37;
+            float a33 = 0e0f;
+            for (int g = 0; g < 32; g++) a33 = a33 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a33;
         }
         {
             const int r = 0, e = 0;
@@ -2863,25 +2863,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o40 = 0; o40 < s1; o40 += 8192) {
+        for (long long o36 = 0; o36 < s1; o36 += 8192) {
             float v11[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l43 = (int)((unsigned)e / 8192u % 1u);
-                const int l44 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l43) * (unsigned)args.input_strides[0][0] + (unsigned)(o40 + l44) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l37 = (int)((unsigned)e / 8192u % 1u);
+                const int l38 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o36 + l38) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + l44) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l43) < (unsigned)s0 && (unsigned)(o40 + (l44 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + l38) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[8];
@@ -2911,16 +2911,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l51 = (int)((unsigned)e / 8192u % 1u);
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.output_strides[0] + (unsigned)(o40 + l52) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l45 = (int)((unsigned)e / 8192u % 1u);
+                const int l46 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l45) * (unsigned)args.output_strides[0] + (unsigned)(o36 + l46) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + l52) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o40 + (l52 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + l46) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

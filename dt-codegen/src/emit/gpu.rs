@@ -821,11 +821,7 @@ impl Emitter<'_> {
     fn collect_prefetchable(&self, body: &[Stmt], at: &mut Vec<(DimId, String)>, out: &mut Vec<Prefetch>) {
         for s in body {
             match s {
-                Stmt::Let { value, op: Op::Load { input, axes, .. } }
-                    if self.layout(*value) == RegLayout::Blocked
-                        && !self.plan.direct_load(*value)
-                        && self.vector_run(&self.k.value(*value).shape, axes).is_some() =>
-                {
+                Stmt::Let { value, op: Op::Load { input, axes, .. } } if self.packed(*value) => {
                     out.push(Prefetch { value: *value, input: *input, axes: axes.clone(), at: at.clone() });
                 }
                 Stmt::Loop(inner) if self.single_iteration(inner) => {
@@ -1091,41 +1087,20 @@ impl Emitter<'_> {
                 let last = axes.len() - 1;
                 let load = format!("dt_load_{}", self.dtype.name());
                 let words = self.unpack_words(v);
-                // 16-bit tiles: first every 16-byte load of the thread, then the unpacking, since a
-                // use right after each load would wait for it before the next one starts. f32
-                // tiles keep each load next to its use: given loads it may hoist freely, the
-                // compiler raised their register use and spilled under `max_registers` (f32 DyT
-                // fell from 0.95 to 0.28 of a copy, docs/bench/h100.md).
-                let batched = self.dtype.size_bytes() == 2;
-                let (q, fast) = (self.fresh("q"), self.fresh("f"));
+                // Each load next to its use (16-bit tiles are held as loaded instead, see
+                // `packed_load`, which issues them all first): given loads it may hoist freely,
+                // the compiler raised their register use and spilled under `max_registers` (f32
+                // DyT fell from 0.95 to 0.28 of a copy, docs/bench/h100.md).
                 let aligned = |e: &Self, lanes: &Lanes| {
                     let (end_ok, _) =
                         super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
-                let prefetched = self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()));
-                let (q, fast) = match prefetched {
-                    Some(names) => names,
-                    None => {
-                        if batched {
-                            let runs = self.regs(shape.elements()) / v;
-                            self.line(&format!("uint4 {q}[{runs}];"));
-                            self.line(&format!("bool {fast}[{runs}];"));
-                            self.issue_vector_loads(&shape, *input, axes, &q, &fast);
-                        }
-                        (q, fast)
-                    }
-                };
                 self.for_runs(&shape, v, |e, lanes, base| {
                     let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
-                    if batched {
-                        e.line(&format!("if ({fast}[c]) {{"));
-                        e.line(&format!("    const uint4 q = {q}[c];"));
-                    } else {
-                        e.line(&format!("if ({}) {{", aligned(e, lanes)));
-                        e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
-                    }
+                    e.line(&format!("if ({}) {{", aligned(e, lanes)));
+                    e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
                     for (j, w) in words.iter().enumerate() {
                         e.line(&format!("    {dst}[{base} + {j}] = {w};"));
                     }
