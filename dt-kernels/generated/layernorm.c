@@ -1128,7 +1128,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 155667);
+    float* arena = (float*)malloc(sizeof(float) * 344085);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1142,147 +1142,244 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 139279)[l2] = 0e0f;
+                (arena + 311313)[l2] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
                 }
-            }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = 0e0f;
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
-            }
             /* rsum identity */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                (arena + 139281)[l18] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 311315)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l19 = 0; l19 < 1; l19++) {
-                for (long long l20 = 0; l20 < 8192; l20++) {
-                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o21 = 0; o21 < s1; o21 += 8192) {
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_f16(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+            /* lane count over y */
+            for (long long l8 = 0; l8 < 1; l8++) {
+                for (long long l9 = 0; l9 < 8192; l9++) {
+                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                }
+            }
+            /* lane running mean over y */
+            for (long long l10 = 0; l10 < 1; l10++) {
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                }
+            }
+            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
                     }
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 8192; l27++) {
-                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 8192; l29++) {
-                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
                     }
                 }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    for (long long l31 = 0; l31 < 8192; l31++) {
-                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                for (long long l21 = 0; l21 < 8192; l21++) {
+                    (arena + 155663)[l21] = (float)(o12 + l21);
+                }
+                (arena + 163855)[0] = (float)s1;
+                for (long long l22 = 0; l22 < 8192; l22++) {
+                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
                     }
                 }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 8192; l33++) {
-                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                    }
                 }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                float a36 = 0e0f;
-                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
-                (arena + 65542)[l34] = a36;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
-            }
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 65543)[l38] = (arena + 139281)[l38];
-            }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) */
-            for (long long o40 = 0; o40 < s1; o40 += 8192) {
+                (arena + 180240)[0] = 1e0f;
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                    }
+                }
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                    }
+                }
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
+                    }
+                }
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
+                    }
+                }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_f16(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
                     }
                 }
-                (arena + 81932)[0] = args->scalars[0];
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                    }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
                     }
                 }
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_f16(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 8192; l50++) {
+                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
                 }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                float a53 = 0e0f;
+                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
+                (arena + 16384)[l51] = a53;
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
+            }
+            for (long long l55 = 0; l55 < 1; l55++) {
+                (arena + 16385)[l55] = (arena + 311313)[l55];
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                for (long long l58 = 0; l58 < 8192; l58++) {
+                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                }
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                for (long long l60 = 0; l60 < 8192; l60++) {
+                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
+                }
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 8192; l62++) {
+                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
+                }
+            }
+            for (long long l63 = 0; l63 < 1; l63++) {
+                for (long long l64 = 0; l64 < 8192; l64++) {
+                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
+                }
+            }
+            for (long long l65 = 0; l65 < 1; l65++) {
+                for (long long l66 = 0; l66 < 8192; l66++) {
+                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
+                }
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 8192; l68++) {
+                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 8192; l70++) {
+                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
+                }
+            }
+            for (long long l71 = 0; l71 < 1; l71++) {
+                float a73 = 0e0f;
+                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
+                (arena + 65542)[l71] = a73;
+            }
+            for (long long l74 = 0; l74 < 1; l74++) {
+                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 65543)[l75] = (arena + 311315)[l75];
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+                for (long long l78 = 0; l78 < 1; l78++) {
+                    for (long long l79 = 0; l79 < 8192; l79++) {
+                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l52 = 0; l52 < 8192; l52++) {
-                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_f16(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                for (long long l80 = 0; l80 < 1; l80++) {
+                    for (long long l81 = 0; l81 < 8192; l81++) {
+                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
                     }
                 }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 8192; l56++) {
-                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l55 * 8192 + l56]);
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                }
+                for (long long l83 = 0; l83 < 1; l83++) {
+                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                }
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 8192; l85++) {
+                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                    }
+                }
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_f16(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l87 = 0; l87 < 1; l87++) {
+                    for (long long l88 = 0; l88 < 8192; l88++) {
+                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                    }
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_f16(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l90 = 0; l90 < 1; l90++) {
+                    for (long long l91 = 0; l91 < 8192; l91++) {
+                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                    }
+                }
+                for (long long l92 = 0; l92 < 1; l92++) {
+                    for (long long l93 = 0; l93 < 8192; l93++) {
+                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_f16((arena + 114703)[l92 * 8192 + l93]);
                     }
                 }
             }
@@ -1299,7 +1396,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 155667);
+    float* arena = (float*)malloc(sizeof(float) * 344085);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1313,147 +1410,244 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 139279)[l2] = 0e0f;
+                (arena + 311313)[l2] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
                 }
-            }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = 0e0f;
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
-            }
             /* rsum identity */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                (arena + 139281)[l18] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 311315)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l19 = 0; l19 < 1; l19++) {
-                for (long long l20 = 0; l20 < 8192; l20++) {
-                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o21 = 0; o21 < s1; o21 += 8192) {
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_bf16(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+            /* lane count over y */
+            for (long long l8 = 0; l8 < 1; l8++) {
+                for (long long l9 = 0; l9 < 8192; l9++) {
+                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                }
+            }
+            /* lane running mean over y */
+            for (long long l10 = 0; l10 < 1; l10++) {
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                }
+            }
+            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
                     }
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 8192; l27++) {
-                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_bf16(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 8192; l29++) {
-                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
                     }
                 }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    for (long long l31 = 0; l31 < 8192; l31++) {
-                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                for (long long l21 = 0; l21 < 8192; l21++) {
+                    (arena + 155663)[l21] = (float)(o12 + l21);
+                }
+                (arena + 163855)[0] = (float)s1;
+                for (long long l22 = 0; l22 < 8192; l22++) {
+                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
                     }
                 }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 8192; l33++) {
-                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                    }
                 }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                float a36 = 0e0f;
-                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
-                (arena + 65542)[l34] = a36;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
-            }
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 65543)[l38] = (arena + 139281)[l38];
-            }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) */
-            for (long long o40 = 0; o40 < s1; o40 += 8192) {
+                (arena + 180240)[0] = 1e0f;
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                    }
+                }
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                    }
+                }
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
+                    }
+                }
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
+                    }
+                }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_bf16(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
                     }
                 }
-                (arena + 81932)[0] = args->scalars[0];
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                    }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
                     }
                 }
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_bf16(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 8192; l50++) {
+                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
                 }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                float a53 = 0e0f;
+                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
+                (arena + 16384)[l51] = a53;
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
+            }
+            for (long long l55 = 0; l55 < 1; l55++) {
+                (arena + 16385)[l55] = (arena + 311313)[l55];
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                for (long long l58 = 0; l58 < 8192; l58++) {
+                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                }
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                for (long long l60 = 0; l60 < 8192; l60++) {
+                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
+                }
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 8192; l62++) {
+                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
+                }
+            }
+            for (long long l63 = 0; l63 < 1; l63++) {
+                for (long long l64 = 0; l64 < 8192; l64++) {
+                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
+                }
+            }
+            for (long long l65 = 0; l65 < 1; l65++) {
+                for (long long l66 = 0; l66 < 8192; l66++) {
+                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
+                }
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 8192; l68++) {
+                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 8192; l70++) {
+                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
+                }
+            }
+            for (long long l71 = 0; l71 < 1; l71++) {
+                float a73 = 0e0f;
+                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
+                (arena + 65542)[l71] = a73;
+            }
+            for (long long l74 = 0; l74 < 1; l74++) {
+                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 65543)[l75] = (arena + 311315)[l75];
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+                for (long long l78 = 0; l78 < 1; l78++) {
+                    for (long long l79 = 0; l79 < 8192; l79++) {
+                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_bf16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l52 = 0; l52 < 8192; l52++) {
-                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_bf16(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                for (long long l80 = 0; l80 < 1; l80++) {
+                    for (long long l81 = 0; l81 < 8192; l81++) {
+                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
                     }
                 }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 8192; l56++) {
-                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l55 * 8192 + l56]);
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                }
+                for (long long l83 = 0; l83 < 1; l83++) {
+                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                }
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 8192; l85++) {
+                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                    }
+                }
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_bf16(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l87 = 0; l87 < 1; l87++) {
+                    for (long long l88 = 0; l88 < 8192; l88++) {
+                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                    }
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_bf16(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l90 = 0; l90 < 1; l90++) {
+                    for (long long l91 = 0; l91 < 8192; l91++) {
+                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                    }
+                }
+                for (long long l92 = 0; l92 < 1; l92++) {
+                    for (long long l93 = 0; l93 < 8192; l93++) {
+                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_bf16((arena + 114703)[l92 * 8192 + l93]);
                     }
                 }
             }
@@ -1470,7 +1664,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* W */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
-    float* arena = (float*)malloc(sizeof(float) * 155667);
+    float* arena = (float*)malloc(sizeof(float) * 344085);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1484,147 +1678,244 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 139279)[l2] = 0e0f;
+                (arena + 311313)[l2] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 139283)[l3 * 8192 + l4] = 0e0f;
+                    (arena + 311317)[l3 * 8192 + l4] = 0e0f;
                 }
-            }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 139283)[l8 * 8192 + l9] = (arena + 139283)[l8 * 8192 + l9] + (arena + 0)[l8 * 8192 + l9];
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 122895)[l10 * 8192 + l11] = (arena + 139283)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = 0e0f;
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = a14 + (arena + 122895)[l12 * 8192 + r13 * 1];
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 139279)[l15] = (arena + 139279)[l15] + (arena + 16384)[l15];
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 139279)[l16];
             }
             (arena + 16386)[0] = (float)s1;
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 16387)[l17] = ((arena + 16385)[l17] / (arena + 16386)[0]);
-            }
             /* rsum identity */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                (arena + 139281)[l18] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 311315)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l19 = 0; l19 < 1; l19++) {
-                for (long long l20 = 0; l20 < 8192; l20++) {
-                    (arena + 147475)[l19 * 8192 + l20] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 319509)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) */
-            for (long long o21 = 0; o21 < s1; o21 += 8192) {
-                for (long long l22 = 0; l22 < 1; l22++) {
-                    for (long long l23 = 0; l23 < 8192; l23++) {
-                        (arena + 16388)[l22 * 8192 + l23] = (o1 + l22 < s0 && o21 + l23 < s1) ? dt_load_f32(in0[(o1 + l22) * args->input_strides[0][0] + (o21 + l23) * args->input_strides[0][1]]) : 0e0f;
+            /* lane count over y */
+            for (long long l8 = 0; l8 < 1; l8++) {
+                for (long long l9 = 0; l9 < 8192; l9++) {
+                    (arena + 327701)[l8 * 8192 + l9] = 0e0f;
+                }
+            }
+            /* lane running mean over y */
+            for (long long l10 = 0; l10 < 1; l10++) {
+                for (long long l11 = 0; l11 < 8192; l11++) {
+                    (arena + 335893)[l10 * 8192 + l11] = 0e0f;
+                }
+            }
+            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            for (long long o12 = 0; o12 < s1; o12 += 8192) {
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 139279)[l13 * 8192 + l14] = (arena + 327701)[l13 * 8192 + l14];
                     }
                 }
-                for (long long l24 = 0; l24 < 1; l24++) {
-                    for (long long l25 = 0; l25 < 8192; l25++) {
-                        (arena + 24581)[l24 * 8192 + l25] = ((arena + 16388)[l24 * 8192 + l25] - (arena + 16387)[l24]);
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 147471)[l15 * 8192 + l16] = (arena + 335893)[l15 * 8192 + l16];
                     }
                 }
-                for (long long l26 = 0; l26 < 1; l26++) {
-                    for (long long l27 = 0; l27 < 8192; l27++) {
-                        (arena + 49158)[l26 * 8192 + l27] = ((arena + 24581)[l26 * 8192 + l27] * (arena + 24581)[l26 * 8192 + l27]);
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 0)[l17 * 8192 + l18] = (o1 + l17 < s0 && o12 + l18 < s1) ? dt_load_f32(in0[(o1 + l17) * args->input_strides[0][0] + (o12 + l18) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l28 = 0; l28 < 1; l28++) {
-                    for (long long l29 = 0; l29 < 8192; l29++) {
-                        (arena + 57350)[l28 * 8192 + l29] = (o21 + l29 < s1) ? (arena + 49158)[l28 * 8192 + l29] : 0e0f;
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 311317)[l19 * 8192 + l20] = (arena + 311317)[l19 * 8192 + l20] + (arena + 0)[l19 * 8192 + l20];
                     }
                 }
-                for (long long l30 = 0; l30 < 1; l30++) {
-                    for (long long l31 = 0; l31 < 8192; l31++) {
-                        (arena + 147475)[l30 * 8192 + l31] = (arena + 147475)[l30 * 8192 + l31] + (arena + 57350)[l30 * 8192 + l31];
+                for (long long l21 = 0; l21 < 8192; l21++) {
+                    (arena + 155663)[l21] = (float)(o12 + l21);
+                }
+                (arena + 163855)[0] = (float)s1;
+                for (long long l22 = 0; l22 < 8192; l22++) {
+                    (arena + 163856)[l22] = (((arena + 155663)[l22]) < ((arena + 163855)[0]) ? 1.0f : 0.0f);
+                }
+                for (long long l23 = 0; l23 < 1; l23++) {
+                    for (long long l24 = 0; l24 < 8192; l24++) {
+                        (arena + 172048)[l23 * 8192 + l24] = ((arena + 139279)[l23 * 8192 + l24] + (arena + 163856)[l24]);
                     }
                 }
-            }
-            for (long long l32 = 0; l32 < 1; l32++) {
-                for (long long l33 = 0; l33 < 8192; l33++) {
-                    (arena + 131087)[l32 * 8192 + l33] = (arena + 147475)[l32 * 8192 + l33];
+                for (long long l25 = 0; l25 < 1; l25++) {
+                    for (long long l26 = 0; l26 < 8192; l26++) {
+                        (arena + 327701)[l25 * 8192 + l26] = (arena + 172048)[l25 * 8192 + l26];
+                    }
                 }
-            }
-            for (long long l34 = 0; l34 < 1; l34++) {
-                float a36 = 0e0f;
-                for (long long r35 = 0; r35 < 8192; r35++) a36 = a36 + (arena + 131087)[l34 * 8192 + r35 * 1];
-                (arena + 65542)[l34] = a36;
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 139281)[l37] = (arena + 139281)[l37] + (arena + 65542)[l37];
-            }
-            for (long long l38 = 0; l38 < 1; l38++) {
-                (arena + 65543)[l38] = (arena + 139281)[l38];
-            }
-            for (long long l39 = 0; l39 < 1; l39++) {
-                (arena + 65545)[l39] = ((arena + 65543)[l39] / (arena + 16386)[0]);
-            }
-            /* layernorm.tensorize(y:8192) */
-            for (long long o40 = 0; o40 < s1; o40 += 8192) {
+                (arena + 180240)[0] = 1e0f;
+                for (long long l27 = 0; l27 < 1; l27++) {
+                    for (long long l28 = 0; l28 < 8192; l28++) {
+                        (arena + 180241)[l27 * 8192 + l28] = fmaxf((arena + 172048)[l27 * 8192 + l28], (arena + 180240)[0]);
+                    }
+                }
+                for (long long l29 = 0; l29 < 1; l29++) {
+                    for (long long l30 = 0; l30 < 8192; l30++) {
+                        (arena + 188433)[l29 * 8192 + l30] = ((arena + 0)[l29 * 8192 + l30] - (arena + 147471)[l29 * 8192 + l30]);
+                    }
+                }
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 196625)[l31 * 8192 + l32] = ((arena + 188433)[l31 * 8192 + l32] * (arena + 163856)[l32]);
+                    }
+                }
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 204817)[l33 * 8192 + l34] = ((arena + 196625)[l33 * 8192 + l34] / (arena + 180241)[l33 * 8192 + l34]);
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 213009)[l35 * 8192 + l36] = ((arena + 147471)[l35 * 8192 + l36] + (arena + 204817)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 335893)[l37 * 8192 + l38] = (arena + 213009)[l37 * 8192 + l38];
+                    }
+                }
+                for (long long l39 = 0; l39 < 1; l39++) {
+                    for (long long l40 = 0; l40 < 8192; l40++) {
+                        (arena + 221201)[l39 * 8192 + l40] = ((arena + 0)[l39 * 8192 + l40] - (arena + 213009)[l39 * 8192 + l40]);
+                    }
+                }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 65546)[l41 * 8192 + l42] = (o1 + l41 < s0 && o40 + l42 < s1) ? dt_load_f32(in0[(o1 + l41) * args->input_strides[0][0] + (o40 + l42) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 229393)[l41 * 8192 + l42] = ((arena + 196625)[l41 * 8192 + l42] * (arena + 221201)[l41 * 8192 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 73739)[l43 * 8192 + l44] = ((arena + 65546)[l43 * 8192 + l44] - (arena + 16387)[l43]);
+                        (arena + 237585)[l43 * 8192 + l44] = (arena + 319509)[l43 * 8192 + l44];
                     }
                 }
-                (arena + 81932)[0] = args->scalars[0];
                 for (long long l45 = 0; l45 < 1; l45++) {
-                    (arena + 81933)[l45] = ((arena + 65545)[l45] + (arena + 81932)[0]);
-                }
-                for (long long l46 = 0; l46 < 1; l46++) {
-                    (arena + 81934)[l46] = dt_rsqrt((arena + 81933)[l46]);
+                    for (long long l46 = 0; l46 < 8192; l46++) {
+                        (arena + 245777)[l45 * 8192 + l46] = ((arena + 237585)[l45 * 8192 + l46] + (arena + 229393)[l45 * 8192 + l46]);
+                    }
                 }
                 for (long long l47 = 0; l47 < 1; l47++) {
                     for (long long l48 = 0; l48 < 8192; l48++) {
-                        (arena + 81935)[l47 * 8192 + l48] = ((arena + 73739)[l47 * 8192 + l48] * (arena + 81934)[l47]);
+                        (arena + 319509)[l47 * 8192 + l48] = (arena + 245777)[l47 * 8192 + l48];
                     }
                 }
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 90127)[l49] = (o40 + l49 < s1) ? dt_load_f32(in1[(o40 + l49) * args->input_strides[1][0]]) : 0e0f;
+            }
+            for (long long l49 = 0; l49 < 1; l49++) {
+                for (long long l50 = 0; l50 < 8192; l50++) {
+                    (arena + 122895)[l49 * 8192 + l50] = (arena + 311317)[l49 * 8192 + l50];
                 }
-                for (long long l50 = 0; l50 < 1; l50++) {
-                    for (long long l51 = 0; l51 < 8192; l51++) {
-                        (arena + 98319)[l50 * 8192 + l51] = ((arena + 81935)[l50 * 8192 + l51] * (arena + 90127)[l51]);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                float a53 = 0e0f;
+                for (long long r52 = 0; r52 < 8192; r52++) a53 = a53 + (arena + 122895)[l51 * 8192 + r52 * 1];
+                (arena + 16384)[l51] = a53;
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                (arena + 311313)[l54] = (arena + 311313)[l54] + (arena + 16384)[l54];
+            }
+            for (long long l55 = 0; l55 < 1; l55++) {
+                (arena + 16385)[l55] = (arena + 311313)[l55];
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                (arena + 16387)[l56] = ((arena + 16385)[l56] / (arena + 16386)[0]);
+            }
+            for (long long l57 = 0; l57 < 1; l57++) {
+                for (long long l58 = 0; l58 < 8192; l58++) {
+                    (arena + 253969)[l57 * 8192 + l58] = (arena + 319509)[l57 * 8192 + l58];
+                }
+            }
+            for (long long l59 = 0; l59 < 1; l59++) {
+                for (long long l60 = 0; l60 < 8192; l60++) {
+                    (arena + 262161)[l59 * 8192 + l60] = (arena + 327701)[l59 * 8192 + l60];
+                }
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                for (long long l62 = 0; l62 < 8192; l62++) {
+                    (arena + 270353)[l61 * 8192 + l62] = (arena + 335893)[l61 * 8192 + l62];
+                }
+            }
+            for (long long l63 = 0; l63 < 1; l63++) {
+                for (long long l64 = 0; l64 < 8192; l64++) {
+                    (arena + 278545)[l63 * 8192 + l64] = ((arena + 270353)[l63 * 8192 + l64] - (arena + 16387)[l63]);
+                }
+            }
+            for (long long l65 = 0; l65 < 1; l65++) {
+                for (long long l66 = 0; l66 < 8192; l66++) {
+                    (arena + 286737)[l65 * 8192 + l66] = ((arena + 278545)[l65 * 8192 + l66] * (arena + 278545)[l65 * 8192 + l66]);
+                }
+            }
+            for (long long l67 = 0; l67 < 1; l67++) {
+                for (long long l68 = 0; l68 < 8192; l68++) {
+                    (arena + 294929)[l67 * 8192 + l68] = ((arena + 262161)[l67 * 8192 + l68] * (arena + 286737)[l67 * 8192 + l68]);
+                }
+            }
+            for (long long l69 = 0; l69 < 1; l69++) {
+                for (long long l70 = 0; l70 < 8192; l70++) {
+                    (arena + 303121)[l69 * 8192 + l70] = ((arena + 253969)[l69 * 8192 + l70] + (arena + 294929)[l69 * 8192 + l70]);
+                }
+            }
+            for (long long l71 = 0; l71 < 1; l71++) {
+                float a73 = 0e0f;
+                for (long long r72 = 0; r72 < 8192; r72++) a73 = a73 + (arena + 303121)[l71 * 8192 + r72 * 1];
+                (arena + 65542)[l71] = a73;
+            }
+            for (long long l74 = 0; l74 < 1; l74++) {
+                (arena + 311315)[l74] = (arena + 311315)[l74] + (arena + 65542)[l74];
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 65543)[l75] = (arena + 311315)[l75];
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
+            }
+            /* layernorm.tensorize(y:8192) */
+            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+                for (long long l78 = 0; l78 < 1; l78++) {
+                    for (long long l79 = 0; l79 < 8192; l79++) {
+                        (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f32(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l52 = 0; l52 < 8192; l52++) {
-                    (arena + 106511)[l52] = (o40 + l52 < s1) ? dt_load_f32(in2[(o40 + l52) * args->input_strides[2][0]]) : 0e0f;
-                }
-                for (long long l53 = 0; l53 < 1; l53++) {
-                    for (long long l54 = 0; l54 < 8192; l54++) {
-                        (arena + 114703)[l53 * 8192 + l54] = ((arena + 98319)[l53 * 8192 + l54] + (arena + 106511)[l54]);
+                for (long long l80 = 0; l80 < 1; l80++) {
+                    for (long long l81 = 0; l81 < 8192; l81++) {
+                        (arena + 73739)[l80 * 8192 + l81] = ((arena + 65546)[l80 * 8192 + l81] - (arena + 16387)[l80]);
                     }
                 }
-                for (long long l55 = 0; l55 < 1; l55++) {
-                    for (long long l56 = 0; l56 < 8192; l56++) {
-                        if (o1 + l55 < s0 && o40 + l56 < s1) out[(o1 + l55) * args->output_strides[0] + (o40 + l56) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l55 * 8192 + l56]);
+                (arena + 81932)[0] = args->scalars[0];
+                for (long long l82 = 0; l82 < 1; l82++) {
+                    (arena + 81933)[l82] = ((arena + 65545)[l82] + (arena + 81932)[0]);
+                }
+                for (long long l83 = 0; l83 < 1; l83++) {
+                    (arena + 81934)[l83] = dt_rsqrt((arena + 81933)[l83]);
+                }
+                for (long long l84 = 0; l84 < 1; l84++) {
+                    for (long long l85 = 0; l85 < 8192; l85++) {
+                        (arena + 81935)[l84 * 8192 + l85] = ((arena + 73739)[l84 * 8192 + l85] * (arena + 81934)[l84]);
+                    }
+                }
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 90127)[l86] = (o77 + l86 < s1) ? dt_load_f32(in1[(o77 + l86) * args->input_strides[1][0]]) : 0e0f;
+                }
+                for (long long l87 = 0; l87 < 1; l87++) {
+                    for (long long l88 = 0; l88 < 8192; l88++) {
+                        (arena + 98319)[l87 * 8192 + l88] = ((arena + 81935)[l87 * 8192 + l88] * (arena + 90127)[l88]);
+                    }
+                }
+                for (long long l89 = 0; l89 < 8192; l89++) {
+                    (arena + 106511)[l89] = (o77 + l89 < s1) ? dt_load_f32(in2[(o77 + l89) * args->input_strides[2][0]]) : 0e0f;
+                }
+                for (long long l90 = 0; l90 < 1; l90++) {
+                    for (long long l91 = 0; l91 < 8192; l91++) {
+                        (arena + 114703)[l90 * 8192 + l91] = ((arena + 98319)[l90 * 8192 + l91] + (arena + 106511)[l91]);
+                    }
+                }
+                for (long long l92 = 0; l92 < 1; l92++) {
+                    for (long long l93 = 0; l93 < 8192; l93++) {
+                        if (o1 + l92 < s0 && o77 + l93 < s1) out[(o1 + l92) * args->output_strides[0] + (o77 + l93) * args->output_strides[1]] = dt_store_f32((arena + 114703)[l92 * 8192 + l93]);
                     }
                 }
             }

@@ -3036,38 +3036,94 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 acc4[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        float v4[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* lane count over y */
+        float acc6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* lane running mean over y */
+        float acc7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            float v32[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
             dt_f16s<16> v0; /* 16-bit values as loaded */
-            uint4 q6[2];
-            bool f7[2];
+            uint4 q17[2];
+            bool f18[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
+                f18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o12 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                if (f7[c]) {
-                    v0.w[c] = q6[c];
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                if (f18[c]) {
+                    v0.w[c] = q17[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l22) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + l22) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -3076,6 +3132,136 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
+                }
+            }
+            float v34[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l25 = (int)((unsigned)e / 1u % 8192u);
+                    v34[r] = (float)(o12 + l25);
+                }
+            }
+            float v35[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v35[r] = (float)s1;
+            }
+            float v36[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v37[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v37[r] = (v32[r] + v36[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc6[r] = v37[r];
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = 1e0f;
+            }
+            float v39[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = fmaxf(v37[r], v38[0]);
+                }
+            }
+            float v40[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v40[r] = (v0[r] - v33[r]);
+                }
+            }
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v41[r] = (v40[r] * v36[r]);
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = dt_fast_div(v41[r], v39[r]);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v33[r] + v42[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc7[r] = v43[r];
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v0[r] - v43[r]);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v41[r] * v44[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = acc5[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] + v45[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v47[r];
                 }
             }
         }
@@ -3105,9 +3291,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a17;
+            float a56 = 0e0f;
+            for (int g = 0; g < 16; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a56;
         }
         {
             const int r = 0, e = 0;
@@ -3120,108 +3306,66 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        /* rsum identity */
-        float acc2[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = 0e0f;
-        }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v48[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                acc5[r] = 0e0f;
+                v48[r] = acc5[r];
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            dt_f16s<16> v6; /* 16-bit values as loaded */
-            uint4 q25[2];
-            bool f26[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l27 = (int)((unsigned)e / 8192u % 1u);
-                const int l28 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][1];
-                f26[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                const int l30 = (int)((unsigned)e / 1u % 8192u);
-                if (f26[c]) {
-                    v6.w[c] = q25[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v8[r] = (v6[r] - v5[0]);
-                }
-            }
-            float v12[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v12[r] = (v8[r] * v8[r]);
-                }
-            }
-            float v13[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l36 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o24 + l36) < (unsigned)s1) ? v12[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc5[r] = acc5[r] + v13[r];
-                }
-            }
-        }
-        float v31[16];
+        float v49[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v31[r] = acc5[r];
+                v49[r] = acc6[r];
+            }
+        }
+        float v50[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v50[r] = acc7[r];
+            }
+        }
+        float v51[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v51[r] = (v50[r] - v5[0]);
+            }
+        }
+        float v52[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v52[r] = (v51[r] * v51[r]);
+            }
+        }
+        float v53[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v53[r] = (v49[r] * v52[r]);
+            }
+        }
+        float v54[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
@@ -3232,19 +3376,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a42 = 0e0f;
-            for (int g = 0; g < 16; g++) a42 = a42 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a42;
+            float a75 = 0e0f;
+            for (int g = 0; g < 16; g++) a75 = a75 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a75;
         }
         {
             const int r = 0, e = 0;
@@ -3264,37 +3407,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o46 = 0; o46 < s1; o46 += 8192) {
+        for (long long o79 = 0; o79 < s1; o79 += 8192) {
             dt_f16s<16> v18; /* 16-bit values as loaded */
-            uint4 q47[2];
-            bool f48[2];
+            uint4 q80[2];
+            bool f81[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 8192u % 1u);
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l50) * (unsigned)args.input_strides[0][1];
-                f48[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
+                const int l82 = (int)((unsigned)e / 8192u % 1u);
+                const int l83 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
+                f81[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o79 + (l83 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l51 = (int)((unsigned)e / 8192u % 1u);
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                if (f48[c]) {
-                    v18.w[c] = q47[c];
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                if (f81[c]) {
+                    v18.w[c] = q80[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l85) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + l85) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -3333,33 +3476,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 }
             }
             dt_f16s<16> v26; /* 16-bit values as loaded */
-            uint4 q59[2];
-            bool f60[2];
+            uint4 q92[2];
+            bool f93[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l61 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l61) * (unsigned)args.input_strides[1][0];
-                f60[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
+                const int l94 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
+                f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l62 = (int)((unsigned)e / 1u % 8192u);
-                if (f60[c]) {
-                    v26.w[c] = q59[c];
+                const int l95 = (int)((unsigned)e / 1u % 8192u);
+                if (f93[c]) {
+                    v26.w[c] = q92[c];
                 } else {
-                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o79 + l95) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o79 + l95) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o79 + (l95 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o79 + (l95 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o79 + (l95 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o79 + (l95 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o79 + (l95 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o79 + (l95 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o79 + (l95 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -3372,33 +3515,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 }
             }
             dt_f16s<16> v28; /* 16-bit values as loaded */
-            uint4 q65[2];
-            bool f66[2];
+            uint4 q98[2];
+            bool f99[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l67 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l67) * (unsigned)args.input_strides[2][0];
-                f66[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
+                f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l68 = (int)((unsigned)e / 1u % 8192u);
-                if (f66[c]) {
-                    v28.w[c] = q65[c];
+                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                if (f99[c]) {
+                    v28.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o79 + l101) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o79 + l101) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o79 + (l101 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o79 + (l101 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o79 + (l101 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o79 + (l101 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o79 + (l101 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o79 + (l101 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o79 + (l101 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -3413,20 +3556,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l71 = (int)((unsigned)e / 8192u % 1u);
-                const int l72 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l71) * (unsigned)args.output_strides[0] + (unsigned)(o46 + l72) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + l105) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3469,38 +3612,94 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 acc4[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        float v4[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* lane count over y */
+        float acc6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* lane running mean over y */
+        float acc7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            float v32[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
             dt_bf16s<16> v0; /* 16-bit values as loaded */
-            uint4 q6[2];
-            bool f7[2];
+            uint4 q17[2];
+            bool f18[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
+                f18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o12 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                if (f7[c]) {
-                    v0.w[c] = q6[c];
+                const int l21 = (int)((unsigned)e / 8192u % 1u);
+                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                if (f18[c]) {
+                    v0.w[c] = q17[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l22) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + l22) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -3509,6 +3708,136 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
+                }
+            }
+            float v34[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l25 = (int)((unsigned)e / 1u % 8192u);
+                    v34[r] = (float)(o12 + l25);
+                }
+            }
+            float v35[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v35[r] = (float)s1;
+            }
+            float v36[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v37[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v37[r] = (v32[r] + v36[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc6[r] = v37[r];
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = 1e0f;
+            }
+            float v39[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = fmaxf(v37[r], v38[0]);
+                }
+            }
+            float v40[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v40[r] = (v0[r] - v33[r]);
+                }
+            }
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v41[r] = (v40[r] * v36[r]);
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v42[r] = dt_fast_div(v41[r], v39[r]);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v43[r] = (v33[r] + v42[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc7[r] = v43[r];
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = (v0[r] - v43[r]);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = (v41[r] * v44[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = acc5[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = (v46[r] + v45[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v47[r];
                 }
             }
         }
@@ -3538,9 +3867,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a17;
+            float a56 = 0e0f;
+            for (int g = 0; g < 16; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a56;
         }
         {
             const int r = 0, e = 0;
@@ -3553,108 +3882,66 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        /* rsum identity */
-        float acc2[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = 0e0f;
-        }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v48[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                acc5[r] = 0e0f;
+                v48[r] = acc5[r];
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o24 = 0; o24 < s1; o24 += 8192) {
-            dt_bf16s<16> v6; /* 16-bit values as loaded */
-            uint4 q25[2];
-            bool f26[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l27 = (int)((unsigned)e / 8192u % 1u);
-                const int l28 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l28) * (unsigned)args.input_strides[0][1];
-                f26[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o24 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f26[c]) q25[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l29 = (int)((unsigned)e / 8192u % 1u);
-                const int l30 = (int)((unsigned)e / 1u % 8192u);
-                if (f26[c]) {
-                    v6.w[c] = q25[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.input_strides[0][0] + (unsigned)(o24 + l30) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + l30) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o24 + (l30 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v6.w[c] = dt_pack8(h);
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v8[r] = (v6[r] - v5[0]);
-                }
-            }
-            float v12[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v12[r] = (v8[r] * v8[r]);
-                }
-            }
-            float v13[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l36 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o24 + l36) < (unsigned)s1) ? v12[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc5[r] = acc5[r] + v13[r];
-                }
-            }
-        }
-        float v31[16];
+        float v49[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v31[r] = acc5[r];
+                v49[r] = acc6[r];
+            }
+        }
+        float v50[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v50[r] = acc7[r];
+            }
+        }
+        float v51[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v51[r] = (v50[r] - v5[0]);
+            }
+        }
+        float v52[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v52[r] = (v51[r] * v51[r]);
+            }
+        }
+        float v53[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v53[r] = (v49[r] * v52[r]);
+            }
+        }
+        float v54[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
@@ -3665,19 +3952,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a42 = 0e0f;
-            for (int g = 0; g < 16; g++) a42 = a42 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a42;
+            float a75 = 0e0f;
+            for (int g = 0; g < 16; g++) a75 = a75 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a75;
         }
         {
             const int r = 0, e = 0;
@@ -3697,37 +3983,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o46 = 0; o46 < s1; o46 += 8192) {
+        for (long long o79 = 0; o79 < s1; o79 += 8192) {
             dt_bf16s<16> v18; /* 16-bit values as loaded */
-            uint4 q47[2];
-            bool f48[2];
+            uint4 q80[2];
+            bool f81[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 8192u % 1u);
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l50) * (unsigned)args.input_strides[0][1];
-                f48[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o46 + (l50 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f48[c]) q47[c] = *(const uint4*)(in0 + a);
+                const int l82 = (int)((unsigned)e / 8192u % 1u);
+                const int l83 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
+                f81[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o79 + (l83 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l51 = (int)((unsigned)e / 8192u % 1u);
-                const int l52 = (int)((unsigned)e / 1u % 8192u);
-                if (f48[c]) {
-                    v18.w[c] = q47[c];
+                const int l84 = (int)((unsigned)e / 8192u % 1u);
+                const int l85 = (int)((unsigned)e / 1u % 8192u);
+                if (f81[c]) {
+                    v18.w[c] = q80[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l51) * (unsigned)args.input_strides[0][0] + (unsigned)(o46 + l52) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l85) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + l52) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l51) < (unsigned)s0 && (unsigned)(o46 + (l52 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + l85) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -3766,33 +4052,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 }
             }
             dt_bf16s<16> v26; /* 16-bit values as loaded */
-            uint4 q59[2];
-            bool f60[2];
+            uint4 q92[2];
+            bool f93[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l61 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l61) * (unsigned)args.input_strides[1][0];
-                f60[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o46 + (l61 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f60[c]) q59[c] = *(const uint4*)(in1 + a);
+                const int l94 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
+                f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l62 = (int)((unsigned)e / 1u % 8192u);
-                if (f60[c]) {
-                    v26.w[c] = q59[c];
+                const int l95 = (int)((unsigned)e / 1u % 8192u);
+                if (f93[c]) {
+                    v26.w[c] = q92[c];
                 } else {
-                    const unsigned a = (unsigned)(o46 + l62) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o79 + l95) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o46 + l62) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o46 + (l62 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o46 + (l62 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o46 + (l62 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o46 + (l62 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o46 + (l62 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o46 + (l62 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o46 + (l62 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o79 + l95) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o79 + (l95 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o79 + (l95 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o79 + (l95 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o79 + (l95 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o79 + (l95 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o79 + (l95 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o79 + (l95 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -3805,33 +4091,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 }
             }
             dt_bf16s<16> v28; /* 16-bit values as loaded */
-            uint4 q65[2];
-            bool f66[2];
+            uint4 q98[2];
+            bool f99[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l67 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o46 + l67) * (unsigned)args.input_strides[2][0];
-                f66[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o46 + (l67 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f66[c]) q65[c] = *(const uint4*)(in2 + a);
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
+                f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l68 = (int)((unsigned)e / 1u % 8192u);
-                if (f66[c]) {
-                    v28.w[c] = q65[c];
+                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                if (f99[c]) {
+                    v28.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o46 + l68) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o79 + l101) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o46 + l68) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o46 + (l68 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o46 + (l68 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o46 + (l68 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o46 + (l68 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o46 + (l68 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o46 + (l68 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o46 + (l68 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o79 + l101) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o79 + (l101 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o79 + (l101 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o79 + (l101 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o79 + (l101 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o79 + (l101 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o79 + (l101 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o79 + (l101 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -3846,20 +4132,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l71 = (int)((unsigned)e / 8192u % 1u);
-                const int l72 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l71) * (unsigned)args.output_strides[0] + (unsigned)(o46 + l72) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + l72) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l71) < (unsigned)s0 && (unsigned)(o46 + (l72 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + l105) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3902,26 +4188,82 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 acc4[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        float v4[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v4[r] = (float)s1;
+        }
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* lane count over y */
+        float acc6[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc6[r] = 0e0f;
+            }
+        }
+        /* lane running mean over y */
+        float acc7[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc7[r] = 0e0f;
+            }
+        }
+        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            float v32[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v32[r] = acc6[r];
+                }
+            }
+            float v33[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v33[r] = acc7[r];
+                }
+            }
             float v0[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l17 = (int)((unsigned)e / 8192u % 1u);
+                const int l18 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + l18) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o12 + (l18 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             #pragma unroll
@@ -3929,6 +4271,136 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
+                }
+            }
+            float v34[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l21 = (int)((unsigned)e / 1u % 8192u);
+                    v34[r] = (float)(o12 + l21);
+                }
+            }
+            float v35[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v35[r] = (float)s1;
+            }
+            float v36[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v37[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v37[r] = (v32[r] + v36[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc6[r] = v37[r];
+                }
+            }
+            float v38[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v38[r] = 1e0f;
+            }
+            float v39[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v39[r] = fmaxf(v37[r], v38[0]);
+                }
+            }
+            float v40[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v40[r] = (v0[r] - v33[r]);
+                }
+            }
+            float v41[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v41[r] = (v40[r] * v36[r]);
+                }
+            }
+            float v42[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v42[r] = (v41[r] / v39[r]);
+                }
+            }
+            float v43[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v43[r] = (v33[r] + v42[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc7[r] = v43[r];
+                }
+            }
+            float v44[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v44[r] = (v0[r] - v43[r]);
+                }
+            }
+            float v45[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v45[r] = (v41[r] * v44[r]);
+                }
+            }
+            float v46[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v46[r] = acc5[r];
+                }
+            }
+            float v47[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v47[r] = (v46[r] + v45[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc5[r] = v47[r];
                 }
             }
         }
@@ -3958,9 +4430,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a13 = 0e0f;
-            for (int g = 0; g < 16; g++) a13 = a13 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a13;
+            float a52 = 0e0f;
+            for (int g = 0; g < 16; g++) a52 = a52 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a52;
         }
         {
             const int r = 0, e = 0;
@@ -3973,95 +4445,66 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v4[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            v4[r] = (float)s1;
-        }
         float v5[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
-        /* rsum identity */
-        float acc2[1];
-        {
-            const int r = 0, e = 0;
-            (void)r; (void)e;
-            acc2[r] = 0e0f;
-        }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v48[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                acc5[r] = 0e0f;
+                v48[r] = acc5[r];
             }
         }
-        /* rsum layernorm.tensorize(y:8192) */
-        for (long long o20 = 0; o20 < s1; o20 += 8192) {
-            float v6[16];
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l21 = (int)((unsigned)e / 8192u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o20 + l22) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v6[c * 4 + 0] = __uint_as_float(q.x);
-                    v6[c * 4 + 1] = __uint_as_float(q.y);
-                    v6[c * 4 + 2] = __uint_as_float(q.z);
-                    v6[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v6[c * 4 + 0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + l22) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v6[c * 4 + 3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o20 + (l22 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    v8[r] = (v6[r] - v5[0]);
-                }
-            }
-            float v12[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    v12[r] = (v8[r] * v8[r]);
-                }
-            }
-            float v13[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    const int l28 = (int)((unsigned)e / 1u % 8192u);
-                    v13[r] = ((unsigned)(o20 + l28) < (unsigned)s1) ? v12[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc5[r] = acc5[r] + v13[r];
-                }
-            }
-        }
-        float v31[16];
+        float v49[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v31[r] = acc5[r];
+                v49[r] = acc6[r];
+            }
+        }
+        float v50[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v50[r] = acc7[r];
+            }
+        }
+        float v51[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v51[r] = (v50[r] - v5[0]);
+            }
+        }
+        float v52[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v52[r] = (v51[r] * v51[r]);
+            }
+        }
+        float v53[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v53[r] = (v49[r] * v52[r]);
+            }
+        }
+        float v54[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
@@ -4072,19 +4515,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v31[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a34 = 0e0f;
-            for (int g = 0; g < 16; g++) a34 = a34 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v14[r] = a34;
+            float a71 = 0e0f;
+            for (int g = 0; g < 16; g++) a71 = a71 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v14[r] = a71;
         }
         {
             const int r = 0, e = 0;
@@ -4104,25 +4546,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) */
-        for (long long o38 = 0; o38 < s1; o38 += 8192) {
+        for (long long o75 = 0; o75 < s1; o75 += 8192) {
             float v18[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l39 = (int)((unsigned)e / 8192u % 1u);
-                const int l40 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l39) * (unsigned)args.input_strides[0][0] + (unsigned)(o38 + l40) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l76 = (int)((unsigned)e / 8192u % 1u);
+                const int l77 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)(o75 + l77) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
                     v18[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v18[c * 4 + 0] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + l40) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 1] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 2] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v18[c * 4 + 3] = ((unsigned)(o1 + l39) < (unsigned)s0 && (unsigned)(o38 + (l40 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 0] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + l77) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 1] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 2] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v18[c * 4 + 3] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v20[16];
@@ -4163,19 +4605,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l47 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o38 + l47) * (unsigned)args.input_strides[1][0];
-                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o38 + (l47 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
+                const int l84 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o75 + l84) * (unsigned)args.input_strides[1][0];
+                if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o75 + (l84 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in1 + a);
                     v26[c * 4 + 0] = __uint_as_float(q.x);
                     v26[c * 4 + 1] = __uint_as_float(q.y);
                     v26[c * 4 + 2] = __uint_as_float(q.z);
                     v26[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v26[c * 4 + 0] = ((unsigned)(o38 + l47) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 1] = ((unsigned)(o38 + (l47 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 2] = ((unsigned)(o38 + (l47 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
-                    v26[c * 4 + 3] = ((unsigned)(o38 + (l47 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 0] = ((unsigned)(o75 + l84) < (unsigned)s1) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 1] = ((unsigned)(o75 + (l84 + 1)) < (unsigned)s1) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 2] = ((unsigned)(o75 + (l84 + 2)) < (unsigned)s1) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][0]]) : 0e0f;
+                    v26[c * 4 + 3] = ((unsigned)(o75 + (l84 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
             float v27[16];
@@ -4190,19 +4632,19 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o38 + l50) * (unsigned)args.input_strides[2][0];
-                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o38 + (l50 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
+                const int l87 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o75 + l87) * (unsigned)args.input_strides[2][0];
+                if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o75 + (l87 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in2 + a);
                     v28[c * 4 + 0] = __uint_as_float(q.x);
                     v28[c * 4 + 1] = __uint_as_float(q.y);
                     v28[c * 4 + 2] = __uint_as_float(q.z);
                     v28[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v28[c * 4 + 0] = ((unsigned)(o38 + l50) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 1] = ((unsigned)(o38 + (l50 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 2] = ((unsigned)(o38 + (l50 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
-                    v28[c * 4 + 3] = ((unsigned)(o38 + (l50 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 0] = ((unsigned)(o75 + l87) < (unsigned)s1) ? dt_load_f32(in2[a + 0 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 1] = ((unsigned)(o75 + (l87 + 1)) < (unsigned)s1) ? dt_load_f32(in2[a + 1 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 2] = ((unsigned)(o75 + (l87 + 2)) < (unsigned)s1) ? dt_load_f32(in2[a + 2 * (unsigned)args.input_strides[2][0]]) : 0e0f;
+                    v28[c * 4 + 3] = ((unsigned)(o75 + (l87 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
             float v29[16];
@@ -4216,16 +4658,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l53 = (int)((unsigned)e / 8192u % 1u);
-                const int l54 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l53) * (unsigned)args.output_strides[0] + (unsigned)(o38 + l54) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l90 = (int)((unsigned)e / 8192u % 1u);
+                const int l91 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.output_strides[0] + (unsigned)(o75 + l91) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + l54) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
-                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
-                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
-                    if ((unsigned)(o1 + l53) < (unsigned)s0 && (unsigned)(o38 + (l54 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
+                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + l91) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
+                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);
+                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 2]);
+                    if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 3]);
                 }
             }
         }

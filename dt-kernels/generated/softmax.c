@@ -838,7 +838,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 114699);
+    float* arena = (float*)malloc(sizeof(float) * 229393);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -852,122 +852,189 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 98311)[l2] = (-INFINITY);
+                (arena + 213005)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
                 }
-            }
-            /* rmax softmax.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = (-INFINITY);
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 98313)[l17] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 213007)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 8192; l19++) {
-                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum softmax.tensorize(y:8192) */
-            for (long long o20 = 0; o20 < s1; o20 += 8192) {
+            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    for (long long l10 = 0; l10 < 8192; l10++) {
+                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                    }
+                }
+                for (long long l11 = 0; l11 < 1; l11++) {
+                    for (long long l12 = 0; l12 < 8192; l12++) {
+                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
+                }
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                    }
+                }
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                    }
+                }
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
+                }
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                    }
+                }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_f16(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
+                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
+                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
                     }
                 }
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 8192; l32++) {
-                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                    }
                 }
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                float a35 = 0e0f;
-                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
-                (arena + 49155)[l33] = a35;
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 49156)[l37] = (arena + 98313)[l37];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
+                    }
+                }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
+            }
+            for (long long l41 = 0; l41 < 1; l41++) {
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+                }
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                float a45 = (-INFINITY);
+                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
+                (arena + 16384)[l43] = a45;
+            }
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                (arena + 16385)[l47] = (arena + 213005)[l47];
+            }
+            for (long long l48 = 0; l48 < 1; l48++) {
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l50 = 0; l50 < 1; l50++) {
+                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
+            }
+            for (long long l52 = 0; l52 < 1; l52++) {
+                for (long long l53 = 0; l53 < 8192; l53++) {
+                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                }
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                for (long long l55 = 0; l55 < 8192; l55++) {
+                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                }
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                for (long long l57 = 0; l57 < 8192; l57++) {
+                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                }
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                float a60 = 0e0f;
+                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
+                (arena + 49155)[l58] = a60;
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
+            }
+            for (long long l62 = 0; l62 < 1; l62++) {
+                (arena + 49156)[l62] = (arena + 213007)[l62];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+                for (long long l64 = 0; l64 < 1; l64++) {
+                    for (long long l65 = 0; l65 < 8192; l65++) {
+                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                for (long long l66 = 0; l66 < 1; l66++) {
+                    for (long long l67 = 0; l67 < 8192; l67++) {
+                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
                     }
                 }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                for (long long l68 = 0; l68 < 1; l68++) {
+                    for (long long l69 = 0; l69 < 8192; l69++) {
+                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
                     }
                 }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 8192; l48++) {
-                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l47 * 8192 + l48]);
+                for (long long l70 = 0; l70 < 1; l70++) {
+                    for (long long l71 = 0; l71 < 8192; l71++) {
+                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+                    }
+                }
+                for (long long l72 = 0; l72 < 1; l72++) {
+                    for (long long l73 = 0; l73 < 8192; l73++) {
+                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l72 * 8192 + l73]);
                     }
                 }
             }
@@ -982,7 +1049,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 114699);
+    float* arena = (float*)malloc(sizeof(float) * 229393);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -996,122 +1063,189 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 98311)[l2] = (-INFINITY);
+                (arena + 213005)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
                 }
-            }
-            /* rmax softmax.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_bf16(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = (-INFINITY);
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 98313)[l17] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 213007)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 8192; l19++) {
-                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum softmax.tensorize(y:8192) */
-            for (long long o20 = 0; o20 < s1; o20 += 8192) {
+            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    for (long long l10 = 0; l10 < 8192; l10++) {
+                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                    }
+                }
+                for (long long l11 = 0; l11 < 1; l11++) {
+                    for (long long l12 = 0; l12 < 8192; l12++) {
+                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
+                }
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                    }
+                }
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                    }
+                }
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
+                }
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                    }
+                }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_bf16(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
+                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
+                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
                     }
                 }
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 8192; l32++) {
-                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                    }
                 }
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                float a35 = 0e0f;
-                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
-                (arena + 49155)[l33] = a35;
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 49156)[l37] = (arena + 98313)[l37];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
+                    }
+                }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_bf16(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
+            }
+            for (long long l41 = 0; l41 < 1; l41++) {
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+                }
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                float a45 = (-INFINITY);
+                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
+                (arena + 16384)[l43] = a45;
+            }
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                (arena + 16385)[l47] = (arena + 213005)[l47];
+            }
+            for (long long l48 = 0; l48 < 1; l48++) {
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l50 = 0; l50 < 1; l50++) {
+                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
+            }
+            for (long long l52 = 0; l52 < 1; l52++) {
+                for (long long l53 = 0; l53 < 8192; l53++) {
+                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                }
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                for (long long l55 = 0; l55 < 8192; l55++) {
+                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                }
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                for (long long l57 = 0; l57 < 8192; l57++) {
+                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                }
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                float a60 = 0e0f;
+                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
+                (arena + 49155)[l58] = a60;
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
+            }
+            for (long long l62 = 0; l62 < 1; l62++) {
+                (arena + 49156)[l62] = (arena + 213007)[l62];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+                for (long long l64 = 0; l64 < 1; l64++) {
+                    for (long long l65 = 0; l65 < 8192; l65++) {
+                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_bf16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                for (long long l66 = 0; l66 < 1; l66++) {
+                    for (long long l67 = 0; l67 < 8192; l67++) {
+                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
                     }
                 }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                for (long long l68 = 0; l68 < 1; l68++) {
+                    for (long long l69 = 0; l69 < 8192; l69++) {
+                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
                     }
                 }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 8192; l48++) {
-                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l47 * 8192 + l48]);
+                for (long long l70 = 0; l70 < 1; l70++) {
+                    for (long long l71 = 0; l71 < 8192; l71++) {
+                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+                    }
+                }
+                for (long long l72 = 0; l72 < 1; l72++) {
+                    for (long long l73 = 0; l73 < 8192; l73++) {
+                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l72 * 8192 + l73]);
                     }
                 }
             }
@@ -1126,7 +1260,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 114699);
+    float* arena = (float*)malloc(sizeof(float) * 229393);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1140,122 +1274,189 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 98311)[l2] = (-INFINITY);
+                (arena + 213005)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 98315)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
                 }
-            }
-            /* rmax softmax.tensorize(y:8192) */
-            for (long long o5 = 0; o5 < s1; o5 += 8192) {
-                for (long long l6 = 0; l6 < 1; l6++) {
-                    for (long long l7 = 0; l7 < 8192; l7++) {
-                        (arena + 0)[l6 * 8192 + l7] = (o1 + l6 < s0 && o5 + l7 < s1) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : (-INFINITY);
-                    }
-                }
-                for (long long l8 = 0; l8 < 1; l8++) {
-                    for (long long l9 = 0; l9 < 8192; l9++) {
-                        (arena + 98315)[l8 * 8192 + l9] = fmaxf((arena + 98315)[l8 * 8192 + l9], (arena + 0)[l8 * 8192 + l9]);
-                    }
-                }
-            }
-            for (long long l10 = 0; l10 < 1; l10++) {
-                for (long long l11 = 0; l11 < 8192; l11++) {
-                    (arena + 81927)[l10 * 8192 + l11] = (arena + 98315)[l10 * 8192 + l11];
-                }
-            }
-            for (long long l12 = 0; l12 < 1; l12++) {
-                float a14 = (-INFINITY);
-                for (long long r13 = 0; r13 < 8192; r13++) a14 = fmaxf(a14, (arena + 81927)[l12 * 8192 + r13 * 1]);
-                (arena + 16384)[l12] = a14;
-            }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                (arena + 98311)[l15] = fmaxf((arena + 98311)[l15], (arena + 16384)[l15]);
-            }
-            for (long long l16 = 0; l16 < 1; l16++) {
-                (arena + 16385)[l16] = (arena + 98311)[l16];
             }
             /* rsum identity */
-            for (long long l17 = 0; l17 < 1; l17++) {
-                (arena + 98313)[l17] = 0e0f;
+            for (long long l5 = 0; l5 < 1; l5++) {
+                (arena + 213007)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
-            for (long long l18 = 0; l18 < 1; l18++) {
-                for (long long l19 = 0; l19 < 8192; l19++) {
-                    (arena + 106507)[l18 * 8192 + l19] = 0e0f;
+            for (long long l6 = 0; l6 < 1; l6++) {
+                for (long long l7 = 0; l7 < 8192; l7++) {
+                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rsum softmax.tensorize(y:8192) */
-            for (long long o20 = 0; o20 < s1; o20 += 8192) {
+            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+                for (long long l9 = 0; l9 < 1; l9++) {
+                    for (long long l10 = 0; l10 < 8192; l10++) {
+                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                    }
+                }
+                for (long long l11 = 0; l11 < 1; l11++) {
+                    for (long long l12 = 0; l12 < 8192; l12++) {
+                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
+                }
+                for (long long l13 = 0; l13 < 1; l13++) {
+                    for (long long l14 = 0; l14 < 8192; l14++) {
+                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                    }
+                }
+                for (long long l15 = 0; l15 < 1; l15++) {
+                    for (long long l16 = 0; l16 < 8192; l16++) {
+                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                    }
+                }
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l17 = 0; l17 < 1; l17++) {
+                    for (long long l18 = 0; l18 < 8192; l18++) {
+                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
+                }
+                for (long long l19 = 0; l19 < 1; l19++) {
+                    for (long long l20 = 0; l20 < 8192; l20++) {
+                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                    }
+                }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 16386)[l21 * 8192 + l22] = (o1 + l21 < s0 && o20 + l22 < s1) ? dt_load_f32(in0[(o1 + l21) * args->input_strides[0][0] + (o20 + l22) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 24579)[l23 * 8192 + l24] = ((arena + 16386)[l23 * 8192 + l24] - (arena + 16385)[l23]);
+                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 32771)[l25 * 8192 + l26] = expf((arena + 24579)[l25 * 8192 + l26]);
+                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 40963)[l27 * 8192 + l28] = (o20 + l28 < s1) ? (arena + 32771)[l27 * 8192 + l28] : 0e0f;
+                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 106507)[l29 * 8192 + l30] = (arena + 106507)[l29 * 8192 + l30] + (arena + 40963)[l29 * 8192 + l30];
+                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
                     }
                 }
-            }
-            for (long long l31 = 0; l31 < 1; l31++) {
-                for (long long l32 = 0; l32 < 8192; l32++) {
-                    (arena + 90119)[l31 * 8192 + l32] = (arena + 106507)[l31 * 8192 + l32];
+                for (long long l31 = 0; l31 < 1; l31++) {
+                    for (long long l32 = 0; l32 < 8192; l32++) {
+                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                    }
                 }
-            }
-            for (long long l33 = 0; l33 < 1; l33++) {
-                float a35 = 0e0f;
-                for (long long r34 = 0; r34 < 8192; r34++) a35 = a35 + (arena + 90119)[l33 * 8192 + r34 * 1];
-                (arena + 49155)[l33] = a35;
-            }
-            for (long long l36 = 0; l36 < 1; l36++) {
-                (arena + 98313)[l36] = (arena + 98313)[l36] + (arena + 49155)[l36];
-            }
-            for (long long l37 = 0; l37 < 1; l37++) {
-                (arena + 49156)[l37] = (arena + 98313)[l37];
-            }
-            /* softmax.tensorize(y:8192) */
-            for (long long o38 = 0; o38 < s1; o38 += 8192) {
+                for (long long l33 = 0; l33 < 1; l33++) {
+                    for (long long l34 = 0; l34 < 8192; l34++) {
+                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                    }
+                }
+                for (long long l35 = 0; l35 < 1; l35++) {
+                    for (long long l36 = 0; l36 < 8192; l36++) {
+                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
+                    }
+                }
+                for (long long l37 = 0; l37 < 1; l37++) {
+                    for (long long l38 = 0; l38 < 8192; l38++) {
+                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
+                    }
+                }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 49157)[l39 * 8192 + l40] = (o1 + l39 < s0 && o38 + l40 < s1) ? dt_load_f32(in0[(o1 + l39) * args->input_strides[0][0] + (o38 + l40) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
                     }
                 }
-                for (long long l41 = 0; l41 < 1; l41++) {
-                    for (long long l42 = 0; l42 < 8192; l42++) {
-                        (arena + 57350)[l41 * 8192 + l42] = ((arena + 49157)[l41 * 8192 + l42] - (arena + 16385)[l41]);
+            }
+            for (long long l41 = 0; l41 < 1; l41++) {
+                for (long long l42 = 0; l42 < 8192; l42++) {
+                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+                }
+            }
+            for (long long l43 = 0; l43 < 1; l43++) {
+                float a45 = (-INFINITY);
+                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
+                (arena + 16384)[l43] = a45;
+            }
+            for (long long l46 = 0; l46 < 1; l46++) {
+                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
+            }
+            for (long long l47 = 0; l47 < 1; l47++) {
+                (arena + 16385)[l47] = (arena + 213005)[l47];
+            }
+            for (long long l48 = 0; l48 < 1; l48++) {
+                for (long long l49 = 0; l49 < 8192; l49++) {
+                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l50 = 0; l50 < 1; l50++) {
+                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l51 = 0; l51 < 1; l51++) {
+                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
+            }
+            for (long long l52 = 0; l52 < 1; l52++) {
+                for (long long l53 = 0; l53 < 8192; l53++) {
+                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                }
+            }
+            for (long long l54 = 0; l54 < 1; l54++) {
+                for (long long l55 = 0; l55 < 8192; l55++) {
+                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                }
+            }
+            for (long long l56 = 0; l56 < 1; l56++) {
+                for (long long l57 = 0; l57 < 8192; l57++) {
+                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                }
+            }
+            for (long long l58 = 0; l58 < 1; l58++) {
+                float a60 = 0e0f;
+                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
+                (arena + 49155)[l58] = a60;
+            }
+            for (long long l61 = 0; l61 < 1; l61++) {
+                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
+            }
+            for (long long l62 = 0; l62 < 1; l62++) {
+                (arena + 49156)[l62] = (arena + 213007)[l62];
+            }
+            /* softmax.tensorize(y:8192) */
+            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+                for (long long l64 = 0; l64 < 1; l64++) {
+                    for (long long l65 = 0; l65 < 8192; l65++) {
+                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f32(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l43 = 0; l43 < 1; l43++) {
-                    for (long long l44 = 0; l44 < 8192; l44++) {
-                        (arena + 65542)[l43 * 8192 + l44] = expf((arena + 57350)[l43 * 8192 + l44]);
+                for (long long l66 = 0; l66 < 1; l66++) {
+                    for (long long l67 = 0; l67 < 8192; l67++) {
+                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
                     }
                 }
-                for (long long l45 = 0; l45 < 1; l45++) {
-                    for (long long l46 = 0; l46 < 8192; l46++) {
-                        (arena + 73735)[l45 * 8192 + l46] = ((arena + 65542)[l45 * 8192 + l46] / (arena + 49156)[l45]);
+                for (long long l68 = 0; l68 < 1; l68++) {
+                    for (long long l69 = 0; l69 < 8192; l69++) {
+                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
                     }
                 }
-                for (long long l47 = 0; l47 < 1; l47++) {
-                    for (long long l48 = 0; l48 < 8192; l48++) {
-                        if (o1 + l47 < s0 && o38 + l48 < s1) out[(o1 + l47) * args->output_strides[0] + (o38 + l48) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l47 * 8192 + l48]);
+                for (long long l70 = 0; l70 < 1; l70++) {
+                    for (long long l71 = 0; l71 < 8192; l71++) {
+                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+                    }
+                }
+                for (long long l72 = 0; l72 < 1; l72++) {
+                    for (long long l73 = 0; l73 < 8192; l73++) {
+                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l72 * 8192 + l73]);
                     }
                 }
             }

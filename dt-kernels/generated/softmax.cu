@@ -2029,38 +2029,62 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 acc4[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
             dt_f16s<16> v0; /* 16-bit values as loaded */
-            uint4 q6[2];
-            bool f7[2];
+            uint4 q11[2];
+            bool f12[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                const int l13 = (int)((unsigned)e / 8192u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(o8 + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                if (f7[c]) {
-                    v0.w[c] = q6[c];
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                if (f12[c]) {
+                    v0.w[c] = q11[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + l16) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2069,6 +2093,123 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = acc4[r];
+                }
+            }
+            float v21[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v21[r] = (-INFINITY);
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = 0e0f;
+            }
+            float v23[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v19[r] - v24[r]);
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v26[r] = dt_fast_exp(v25[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l30 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v24[r]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l36 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = acc5[r];
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v28[r] = (v27[r] * v26[r]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v28[r] + v8[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v29[r];
                 }
             }
         }
@@ -2098,9 +2239,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a17 = fmaxf(a17, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a17;
+            float a48 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a48;
         }
         {
             const int r = 0, e = 0;
@@ -2113,96 +2254,60 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        /* rsum identity */
-        float acc2[1];
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v30[r] = acc5[r];
+            }
+        }
+        float v32[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = 0e0f;
+            v32[r] = (-INFINITY);
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = 0e0f;
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+        }
+        float v36[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                acc5[r] = 0e0f;
+                v36[r] = (v17[r] - v35[0]);
             }
         }
-        /* rsum softmax.tensorize(y:8192) */
-        for (long long o23 = 0; o23 < s1; o23 += 8192) {
-            dt_f16s<16> v4; /* 16-bit values as loaded */
-            uint4 q24[2];
-            bool f25[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l26 = (int)((unsigned)e / 8192u % 1u);
-                const int l27 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l27) * (unsigned)args.input_strides[0][1];
-                f25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l28 = (int)((unsigned)e / 8192u % 1u);
-                const int l29 = (int)((unsigned)e / 1u % 8192u);
-                if (f25[c]) {
-                    v4.w[c] = q24[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
-                }
-            }
-            float v6[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v6[r] = (v4[r] - v3[0]);
-                }
-            }
-            float v7[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v7[r] = dt_fast_exp(v6[r]);
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l35 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o23 + l35) < (unsigned)s1) ? v7[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc5[r] = acc5[r] + v8[r];
-                }
-            }
-        }
-        float v18[16];
+        float v37[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v18[r] = acc5[r];
+                v37[r] = dt_fast_exp(v36[r]);
+            }
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
@@ -2213,19 +2318,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v18[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a41 = 0e0f;
-            for (int g = 0; g < 16; g++) a41 = a41 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a41;
+            float a62 = 0e0f;
+            for (int g = 0; g < 16; g++) a62 = a62 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a62;
         }
         {
             const int r = 0, e = 0;
@@ -2239,37 +2343,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o44 = 0; o44 < s1; o44 += 8192) {
+        for (long long o65 = 0; o65 < s1; o65 += 8192) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q45[2];
-            bool f46[2];
+            uint4 q66[2];
+            bool f67[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 8192u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l48) * (unsigned)args.input_strides[0][1];
-                f46[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
+                const int l68 = (int)((unsigned)e / 8192u % 1u);
+                const int l69 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
+                f67[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l68) < (unsigned)s0 && (unsigned)(o65 + (l69 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 8192u % 1u);
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                if (f46[c]) {
-                    v11.w[c] = q45[c];
+                const int l70 = (int)((unsigned)e / 8192u % 1u);
+                const int l71 = (int)((unsigned)e / 1u % 8192u);
+                if (f67[c]) {
+                    v11.w[c] = q66[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l71) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + l71) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2300,20 +2404,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l57 = (int)((unsigned)e / 8192u % 1u);
-                const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l57) * (unsigned)args.output_strides[0] + (unsigned)(o44 + l58) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l78 = (int)((unsigned)e / 8192u % 1u);
+                const int l79 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + l79) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2354,38 +2458,62 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 acc4[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
             dt_bf16s<16> v0; /* 16-bit values as loaded */
-            uint4 q6[2];
-            bool f7[2];
+            uint4 q11[2];
+            bool f12[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 8192u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l9) * (unsigned)args.input_strides[0][1];
-                f7[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l8) < (unsigned)s0 && (unsigned)(o5 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f7[c]) q6[c] = *(const uint4*)(in0 + a);
+                const int l13 = (int)((unsigned)e / 8192u % 1u);
+                const int l14 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
+                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(o8 + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l10 = (int)((unsigned)e / 8192u % 1u);
-                const int l11 = (int)((unsigned)e / 1u % 8192u);
-                if (f7[c]) {
-                    v0.w[c] = q6[c];
+                const int l15 = (int)((unsigned)e / 8192u % 1u);
+                const int l16 = (int)((unsigned)e / 1u % 8192u);
+                if (f12[c]) {
+                    v0.w[c] = q11[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l11) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + l11) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + l16) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2394,6 +2522,123 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v20[r] = acc4[r];
+                }
+            }
+            float v21[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v21[r] = (-INFINITY);
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = 0e0f;
+            }
+            float v23[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v25[r] = (v19[r] - v24[r]);
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v26[r] = dt_fast_exp(v25[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l30 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v6[r] = (v4[r] - v24[r]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v7[r] = dt_fast_exp(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    const int l36 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v27[r] = acc5[r];
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v28[r] = (v27[r] * v26[r]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v29[r] = (v28[r] + v8[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v29[r];
                 }
             }
         }
@@ -2423,9 +2668,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a17 = fmaxf(a17, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a17;
+            float a48 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a48;
         }
         {
             const int r = 0, e = 0;
@@ -2438,96 +2683,60 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        /* rsum identity */
-        float acc2[1];
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v30[r] = acc5[r];
+            }
+        }
+        float v32[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = 0e0f;
+            v32[r] = (-INFINITY);
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = 0e0f;
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+        }
+        float v36[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                acc5[r] = 0e0f;
+                v36[r] = (v17[r] - v35[0]);
             }
         }
-        /* rsum softmax.tensorize(y:8192) */
-        for (long long o23 = 0; o23 < s1; o23 += 8192) {
-            dt_bf16s<16> v4; /* 16-bit values as loaded */
-            uint4 q24[2];
-            bool f25[2];
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l26 = (int)((unsigned)e / 8192u % 1u);
-                const int l27 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l27) * (unsigned)args.input_strides[0][1];
-                f25[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(o23 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f25[c]) q24[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l28 = (int)((unsigned)e / 8192u % 1u);
-                const int l29 = (int)((unsigned)e / 1u % 8192u);
-                if (f25[c]) {
-                    v4.w[c] = q24[c];
-                } else {
-                    const unsigned a = (unsigned)(o1 + l28) * (unsigned)args.input_strides[0][0] + (unsigned)(o23 + l29) * (unsigned)args.input_strides[0][1];
-                    unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + l29) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l28) < (unsigned)s0 && (unsigned)(o23 + (l29 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    v4.w[c] = dt_pack8(h);
-                }
-            }
-            float v6[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v6[r] = (v4[r] - v3[0]);
-                }
-            }
-            float v7[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v7[r] = dt_fast_exp(v6[r]);
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    const int l35 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o23 + l35) < (unsigned)s1) ? v7[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    acc5[r] = acc5[r] + v8[r];
-                }
-            }
-        }
-        float v18[16];
+        float v37[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
             (void)e; {
-                v18[r] = acc5[r];
+                v37[r] = dt_fast_exp(v36[r]);
+            }
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            (void)e; {
+                v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
@@ -2538,19 +2747,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v18[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a41 = 0e0f;
-            for (int g = 0; g < 16; g++) a41 = a41 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a41;
+            float a62 = 0e0f;
+            for (int g = 0; g < 16; g++) a62 = a62 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a62;
         }
         {
             const int r = 0, e = 0;
@@ -2564,37 +2772,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o44 = 0; o44 < s1; o44 += 8192) {
+        for (long long o65 = 0; o65 < s1; o65 += 8192) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q45[2];
-            bool f46[2];
+            uint4 q66[2];
+            bool f67[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l47 = (int)((unsigned)e / 8192u % 1u);
-                const int l48 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l47) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l48) * (unsigned)args.input_strides[0][1];
-                f46[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l47) < (unsigned)s0 && (unsigned)(o44 + (l48 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f46[c]) q45[c] = *(const uint4*)(in0 + a);
+                const int l68 = (int)((unsigned)e / 8192u % 1u);
+                const int l69 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
+                f67[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l68) < (unsigned)s0 && (unsigned)(o65 + (l69 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l49 = (int)((unsigned)e / 8192u % 1u);
-                const int l50 = (int)((unsigned)e / 1u % 8192u);
-                if (f46[c]) {
-                    v11.w[c] = q45[c];
+                const int l70 = (int)((unsigned)e / 8192u % 1u);
+                const int l71 = (int)((unsigned)e / 1u % 8192u);
+                if (f67[c]) {
+                    v11.w[c] = q66[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l49) * (unsigned)args.input_strides[0][0] + (unsigned)(o44 + l50) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l71) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + l50) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l49) < (unsigned)s0 && (unsigned)(o44 + (l50 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + l71) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2625,20 +2833,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l57 = (int)((unsigned)e / 8192u % 1u);
-                const int l58 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l57) * (unsigned)args.output_strides[0] + (unsigned)(o44 + l58) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l78 = (int)((unsigned)e / 8192u % 1u);
+                const int l79 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + l58) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l57) < (unsigned)s0 && (unsigned)(o44 + (l58 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + l79) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2679,26 +2887,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 acc4[r] = (-INFINITY);
             }
         }
-        /* rmax softmax.tensorize(y:8192) */
-        for (long long o5 = 0; o5 < s1; o5 += 8192) {
+        /* rsum identity */
+        float acc2[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            acc2[r] = 0e0f;
+        }
+        /* partial rsum over y, lane by lane */
+        float acc5[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                acc5[r] = 0e0f;
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            float v19[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v19[r] = acc4[r];
+                }
+            }
             float v0[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l6 = (int)((unsigned)e / 8192u % 1u);
-                const int l7 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l11 = (int)((unsigned)e / 8192u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + l12) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -2706,6 +2938,123 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
+                }
+            }
+            float v20[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v20[r] = acc4[r];
+                }
+            }
+            float v21[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v21[r] = (-INFINITY);
+            }
+            float v22[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v22[r] = 0e0f;
+            }
+            float v23[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v24[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
+                }
+            }
+            float v25[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v25[r] = (v19[r] - v24[r]);
+                }
+            }
+            float v26[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v26[r] = expf(v25[r]);
+                }
+            }
+            float v4[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l26 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o8 + l26) < (unsigned)s1) ? v0[r] : 0e0f;
+                }
+            }
+            float v6[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v6[r] = (v4[r] - v24[r]);
+                }
+            }
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v7[r] = expf(v6[r]);
+                }
+            }
+            float v8[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    const int l32 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o8 + l32) < (unsigned)s1) ? v7[r] : 0e0f;
+                }
+            }
+            float v27[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v27[r] = acc5[r];
+                }
+            }
+            float v28[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v28[r] = (v27[r] * v26[r]);
+                }
+            }
+            float v29[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    v29[r] = (v28[r] + v8[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc5[r] = v29[r];
                 }
             }
         }
@@ -2735,9 +3084,9 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a13 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a13 = fmaxf(a13, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a13;
+            float a44 = (-INFINITY);
+            for (int g = 0; g < 16; g++) a44 = fmaxf(a44, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a44;
         }
         {
             const int r = 0, e = 0;
@@ -2750,83 +3099,60 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        /* rsum identity */
-        float acc2[1];
+        float v30[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v30[r] = acc5[r];
+            }
+        }
+        float v32[1];
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            acc2[r] = 0e0f;
+            v32[r] = (-INFINITY);
         }
-        /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float v33[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v33[r] = 0e0f;
+        }
+        float v34[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v34[r] = ((v3[0]) == (v32[0]) ? 1.0f : 0.0f);
+        }
+        float v35[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
+        }
+        float v36[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                acc5[r] = 0e0f;
+                v36[r] = (v17[r] - v35[0]);
             }
         }
-        /* rsum softmax.tensorize(y:8192) */
-        for (long long o19 = 0; o19 < s1; o19 += 8192) {
-            float v4[16];
-            #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
-                const int l20 = (int)((unsigned)e / 8192u % 1u);
-                const int l21 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.input_strides[0][0] + (unsigned)(o19 + l21) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
-                    v4[c * 4 + 0] = __uint_as_float(q.x);
-                    v4[c * 4 + 1] = __uint_as_float(q.y);
-                    v4[c * 4 + 2] = __uint_as_float(q.z);
-                    v4[c * 4 + 3] = __uint_as_float(q.w);
-                } else {
-                    v4[c * 4 + 0] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + l21) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 1] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 2] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v4[c * 4 + 3] = ((unsigned)(o1 + l20) < (unsigned)s0 && (unsigned)(o19 + (l21 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                }
-            }
-            float v6[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = (v4[r] - v3[0]);
-                }
-            }
-            float v7[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    v7[r] = expf(v6[r]);
-                }
-            }
-            float v8[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    const int l27 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o19 + l27) < (unsigned)s1) ? v7[r] : 0e0f;
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc5[r] = acc5[r] + v8[r];
-                }
-            }
-        }
-        float v18[16];
+        float v37[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
             (void)e; {
-                v18[r] = acc5[r];
+                v37[r] = expf(v36[r]);
+            }
+        }
+        float v38[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            (void)e; {
+                v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
@@ -2837,19 +3163,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v18[i * 16 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a33 = 0e0f;
-            for (int g = 0; g < 16; g++) a33 = a33 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a33;
+            float a58 = 0e0f;
+            for (int g = 0; g < 16; g++) a58 = a58 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v9[r] = a58;
         }
         {
             const int r = 0, e = 0;
@@ -2863,25 +3188,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) */
-        for (long long o36 = 0; o36 < s1; o36 += 8192) {
+        for (long long o61 = 0; o61 < s1; o61 += 8192) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l37 = (int)((unsigned)e / 8192u % 1u);
-                const int l38 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l37) * (unsigned)args.input_strides[0][0] + (unsigned)(o36 + l38) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l62 = (int)((unsigned)e / 8192u % 1u);
+                const int l63 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l62) * (unsigned)args.input_strides[0][0] + (unsigned)(o61 + l63) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + l38) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l37) < (unsigned)s0 && (unsigned)(o36 + (l38 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + l63) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[16];
@@ -2911,16 +3236,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 512 + tid) * 4;
-                const int l45 = (int)((unsigned)e / 8192u % 1u);
-                const int l46 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l45) * (unsigned)args.output_strides[0] + (unsigned)(o36 + l46) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l70 = (int)((unsigned)e / 8192u % 1u);
+                const int l71 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.output_strides[0] + (unsigned)(o61 + l71) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
                 } else {
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + l46) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l45) < (unsigned)s0 && (unsigned)(o36 + (l46 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + l71) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

@@ -11,7 +11,10 @@
 //! 6. [`dead::drop_dead_code`]: values and accumulators nothing reads are dropped.
 //! 7. [`defer::defer_lane_reductions`]: a reduction loop that runs more than once combines its
 //!    chunks lane by lane and reduces across lanes once, after the loop.
-//! 8. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 8. [`online::merge_statistic_loops`]: a statistic that needs another one first (softmax's
+//!    sum, layernorm's variance) is computed in the other's loop; [`cse`] and [`dead`] then run
+//!    again over the merged loops.
+//! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
@@ -22,6 +25,7 @@ mod grid;
 mod layout;
 mod masks;
 mod nest;
+mod online;
 mod single_pass;
 
 use crate::algo::{FuncId, Program};
@@ -81,6 +85,10 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("dead", &kernel);
     defer::defer_lane_reductions(&mut kernel);
     log("defer", &kernel);
+    online::merge_statistic_loops(&mut kernel);
+    cse::merge_common_subexpressions(&mut kernel);
+    dead::drop_dead_code(&mut kernel);
+    log("online", &kernel);
     layout::assign_layouts(&mut kernel);
     log("layout", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
