@@ -3000,8 +3000,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32(const dt_
     }
 }
 
-/* kernel layernorm for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args args) {
+/* kernel layernorm for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3028,10 +3028,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             acc0[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -3050,56 +3050,56 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* lane count over y */
-        float acc6[16];
+        float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
         /* lane running mean over y */
-        float acc7[16];
+        float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc7[r] = 0e0f;
             }
         }
         /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
-            float v32[16];
+            float v32[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
-            float v33[16];
+            float v33[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
             }
-            dt_f16s<16> v0; /* 16-bit values as loaded */
-            uint4 q17[2];
-            bool f18[2];
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            uint4 q17[1];
+            bool f18[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l19 = (int)((unsigned)e / 8192u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
@@ -3107,8 +3107,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 8192u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
@@ -3128,16 +3128,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
                 }
             }
-            float v34[16];
+            float v34[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l25 = (int)((unsigned)e / 1u % 8192u);
                     v34[r] = (float)(o12 + l25);
@@ -3149,25 +3149,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 (void)r; (void)e;
                 v35[r] = (float)s1;
             }
-            float v36[16];
+            float v36[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v37[16];
+            float v37[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v37[r] = (v32[r] + v36[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc6[r] = v37[r];
                 }
@@ -3178,110 +3178,110 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 (void)r; (void)e;
                 v38[r] = 1e0f;
             }
-            float v39[16];
+            float v39[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v39[r] = fmaxf(v37[r], v38[0]);
                 }
             }
-            float v40[16];
+            float v40[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v40[r] = (v0[r] - v33[r]);
                 }
             }
-            float v41[16];
+            float v41[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v41[r] = (v40[r] * v36[r]);
                 }
             }
-            float v42[16];
+            float v42[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v42[r] = dt_fast_div(v41[r], v39[r]);
                 }
             }
-            float v43[16];
+            float v43[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v43[r] = (v33[r] + v42[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc7[r] = v43[r];
                 }
             }
-            float v44[16];
+            float v44[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v44[r] = (v0[r] - v43[r]);
                 }
             }
-            float v45[16];
+            float v45[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v45[r] = (v41[r] * v44[r]);
                 }
             }
-            float v46[16];
+            float v46[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v46[r] = acc5[r];
                 }
             }
-            float v47[16];
+            float v47[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v47[r] = (v46[r] + v45[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc5[r] = v47[r];
                 }
             }
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -3292,7 +3292,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a56 = 0e0f;
-            for (int g = 0; g < 16; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a56;
         }
         {
@@ -3312,81 +3312,81 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        float v48[16];
+        float v48[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v48[r] = acc5[r];
             }
         }
-        float v49[16];
+        float v49[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v49[r] = acc6[r];
             }
         }
-        float v50[16];
+        float v50[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v50[r] = acc7[r];
             }
         }
-        float v51[16];
+        float v51[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v51[r] = (v50[r] - v5[0]);
             }
         }
-        float v52[16];
+        float v52[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v52[r] = (v51[r] * v51[r]);
             }
         }
-        float v53[16];
+        float v53[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v53[r] = (v49[r] * v52[r]);
             }
         }
-        float v54[16];
+        float v54[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a75 = 0e0f;
-            for (int g = 0; g < 16; g++) a75 = a75 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a75 = a75 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a75;
         }
         {
@@ -3408,12 +3408,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o79 = 0; o79 < s1; o79 += 8192) {
-            dt_f16s<16> v18; /* 16-bit values as loaded */
-            uint4 q80[2];
-            bool f81[2];
+            dt_f16s<8> v18; /* 16-bit values as loaded */
+            uint4 q80[1];
+            bool f81[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l82 = (int)((unsigned)e / 8192u % 1u);
                 const int l83 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
@@ -3421,8 +3421,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 if (f81[c]) {
@@ -3441,10 +3441,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v18.w[c] = dt_pack8(h);
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
@@ -3467,28 +3467,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                 (void)r; (void)e;
                 v24[r] = dt_rsqrt(v23[0]);
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            dt_f16s<16> v26; /* 16-bit values as loaded */
-            uint4 q92[2];
-            bool f93[2];
+            dt_f16s<8> v26; /* 16-bit values as loaded */
+            uint4 q92[1];
+            bool f93[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l94 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
                 f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l95 = (int)((unsigned)e / 1u % 8192u);
                 if (f93[c]) {
                     v26.w[c] = q92[c];
@@ -3506,28 +3506,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v26.w[c] = dt_pack8(h);
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            dt_f16s<16> v28; /* 16-bit values as loaded */
-            uint4 q98[2];
-            bool f99[2];
+            dt_f16s<8> v28; /* 16-bit values as loaded */
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
                 f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l101 = (int)((unsigned)e / 1u % 8192u);
                 if (f99[c]) {
                     v28.w[c] = q98[c];
@@ -3545,17 +3545,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
                     v28.w[c] = dt_pack8(h);
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l104 = (int)((unsigned)e / 8192u % 1u);
                 const int l105 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
@@ -3576,8 +3576,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f16(const dt_args
     }
 }
 
-/* kernel layernorm for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_args args) {
+/* kernel layernorm for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3604,10 +3604,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             acc0[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -3626,56 +3626,56 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* lane count over y */
-        float acc6[16];
+        float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
         /* lane running mean over y */
-        float acc7[16];
+        float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc7[r] = 0e0f;
             }
         }
         /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
-            float v32[16];
+            float v32[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
-            float v33[16];
+            float v33[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
             }
-            dt_bf16s<16> v0; /* 16-bit values as loaded */
-            uint4 q17[2];
-            bool f18[2];
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            uint4 q17[1];
+            bool f18[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l19 = (int)((unsigned)e / 8192u % 1u);
                 const int l20 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
@@ -3683,8 +3683,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l21 = (int)((unsigned)e / 8192u % 1u);
                 const int l22 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
@@ -3704,16 +3704,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
                 }
             }
-            float v34[16];
+            float v34[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l25 = (int)((unsigned)e / 1u % 8192u);
                     v34[r] = (float)(o12 + l25);
@@ -3725,25 +3725,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 (void)r; (void)e;
                 v35[r] = (float)s1;
             }
-            float v36[16];
+            float v36[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v37[16];
+            float v37[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v37[r] = (v32[r] + v36[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc6[r] = v37[r];
                 }
@@ -3754,110 +3754,110 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 (void)r; (void)e;
                 v38[r] = 1e0f;
             }
-            float v39[16];
+            float v39[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v39[r] = fmaxf(v37[r], v38[0]);
                 }
             }
-            float v40[16];
+            float v40[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v40[r] = (v0[r] - v33[r]);
                 }
             }
-            float v41[16];
+            float v41[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v41[r] = (v40[r] * v36[r]);
                 }
             }
-            float v42[16];
+            float v42[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v42[r] = dt_fast_div(v41[r], v39[r]);
                 }
             }
-            float v43[16];
+            float v43[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v43[r] = (v33[r] + v42[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc7[r] = v43[r];
                 }
             }
-            float v44[16];
+            float v44[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v44[r] = (v0[r] - v43[r]);
                 }
             }
-            float v45[16];
+            float v45[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v45[r] = (v41[r] * v44[r]);
                 }
             }
-            float v46[16];
+            float v46[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v46[r] = acc5[r];
                 }
             }
-            float v47[16];
+            float v47[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v47[r] = (v46[r] + v45[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc5[r] = v47[r];
                 }
             }
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -3868,7 +3868,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a56 = 0e0f;
-            for (int g = 0; g < 16; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a56;
         }
         {
@@ -3888,81 +3888,81 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
             (void)r; (void)e;
             v5[r] = dt_fast_div(v3[0], v4[0]);
         }
-        float v48[16];
+        float v48[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v48[r] = acc5[r];
             }
         }
-        float v49[16];
+        float v49[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v49[r] = acc6[r];
             }
         }
-        float v50[16];
+        float v50[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v50[r] = acc7[r];
             }
         }
-        float v51[16];
+        float v51[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v51[r] = (v50[r] - v5[0]);
             }
         }
-        float v52[16];
+        float v52[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v52[r] = (v51[r] * v51[r]);
             }
         }
-        float v53[16];
+        float v53[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v53[r] = (v49[r] * v52[r]);
             }
         }
-        float v54[16];
+        float v54[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a75 = 0e0f;
-            for (int g = 0; g < 16; g++) a75 = a75 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a75 = a75 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a75;
         }
         {
@@ -3984,12 +3984,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o79 = 0; o79 < s1; o79 += 8192) {
-            dt_bf16s<16> v18; /* 16-bit values as loaded */
-            uint4 q80[2];
-            bool f81[2];
+            dt_bf16s<8> v18; /* 16-bit values as loaded */
+            uint4 q80[1];
+            bool f81[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l82 = (int)((unsigned)e / 8192u % 1u);
                 const int l83 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
@@ -3997,8 +3997,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l84 = (int)((unsigned)e / 8192u % 1u);
                 const int l85 = (int)((unsigned)e / 1u % 8192u);
                 if (f81[c]) {
@@ -4017,10 +4017,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v18.w[c] = dt_pack8(h);
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
@@ -4043,28 +4043,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                 (void)r; (void)e;
                 v24[r] = dt_rsqrt(v23[0]);
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            dt_bf16s<16> v26; /* 16-bit values as loaded */
-            uint4 q92[2];
-            bool f93[2];
+            dt_bf16s<8> v26; /* 16-bit values as loaded */
+            uint4 q92[1];
+            bool f93[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l94 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
                 f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                 if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l95 = (int)((unsigned)e / 1u % 8192u);
                 if (f93[c]) {
                     v26.w[c] = q92[c];
@@ -4082,28 +4082,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v26.w[c] = dt_pack8(h);
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            dt_bf16s<16> v28; /* 16-bit values as loaded */
-            uint4 q98[2];
-            bool f99[2];
+            dt_bf16s<8> v28; /* 16-bit values as loaded */
+            uint4 q98[1];
+            bool f99[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l100 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
                 f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                 if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l101 = (int)((unsigned)e / 1u % 8192u);
                 if (f99[c]) {
                     v28.w[c] = q98[c];
@@ -4121,17 +4121,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
                     v28.w[c] = dt_pack8(h);
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l104 = (int)((unsigned)e / 8192u % 1u);
                 const int l105 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
@@ -4152,8 +4152,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_bf16(const dt_arg
     }
 }
 
-/* kernel layernorm for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args args) {
+/* kernel layernorm for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4180,10 +4180,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             acc0[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc4[r] = 0e0f;
             }
@@ -4202,54 +4202,54 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* lane count over y */
-        float acc6[16];
+        float acc6[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc6[r] = 0e0f;
             }
         }
         /* lane running mean over y */
-        float acc7[16];
+        float acc7[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc7[r] = 0e0f;
             }
         }
         /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
-            float v32[16];
+            float v32[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v32[r] = acc6[r];
                 }
             }
-            float v33[16];
+            float v33[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v33[r] = acc7[r];
                 }
             }
-            float v0[16];
+            float v0[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l17 = (int)((unsigned)e / 8192u % 1u);
                 const int l18 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l18) * (unsigned)args.input_strides[0][1];
@@ -4267,16 +4267,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc4[r] = acc4[r] + v0[r];
                 }
             }
-            float v34[16];
+            float v34[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     const int l21 = (int)((unsigned)e / 1u % 8192u);
                     v34[r] = (float)(o12 + l21);
@@ -4288,25 +4288,25 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 (void)r; (void)e;
                 v35[r] = (float)s1;
             }
-            float v36[16];
+            float v36[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v36[r] = ((v34[r]) < (v35[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v37[16];
+            float v37[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v37[r] = (v32[r] + v36[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc6[r] = v37[r];
                 }
@@ -4317,110 +4317,110 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 (void)r; (void)e;
                 v38[r] = 1e0f;
             }
-            float v39[16];
+            float v39[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v39[r] = fmaxf(v37[r], v38[0]);
                 }
             }
-            float v40[16];
+            float v40[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v40[r] = (v0[r] - v33[r]);
                 }
             }
-            float v41[16];
+            float v41[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v41[r] = (v40[r] * v36[r]);
                 }
             }
-            float v42[16];
+            float v42[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v42[r] = (v41[r] / v39[r]);
                 }
             }
-            float v43[16];
+            float v43[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v43[r] = (v33[r] + v42[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc7[r] = v43[r];
                 }
             }
-            float v44[16];
+            float v44[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v44[r] = (v0[r] - v43[r]);
                 }
             }
-            float v45[16];
+            float v45[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v45[r] = (v41[r] * v44[r]);
                 }
             }
-            float v46[16];
+            float v46[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v46[r] = acc5[r];
                 }
             }
-            float v47[16];
+            float v47[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v47[r] = (v46[r] + v45[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc5[r] = v47[r];
                 }
             }
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v30[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v30[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v30[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -4431,7 +4431,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a52 = 0e0f;
-            for (int g = 0; g < 16; g++) a52 = a52 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a52 = a52 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a52;
         }
         {
@@ -4451,81 +4451,81 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
             (void)r; (void)e;
             v5[r] = (v3[0] / v4[0]);
         }
-        float v48[16];
+        float v48[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v48[r] = acc5[r];
             }
         }
-        float v49[16];
+        float v49[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v49[r] = acc6[r];
             }
         }
-        float v50[16];
+        float v50[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v50[r] = acc7[r];
             }
         }
-        float v51[16];
+        float v51[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v51[r] = (v50[r] - v5[0]);
             }
         }
-        float v52[16];
+        float v52[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v52[r] = (v51[r] * v51[r]);
             }
         }
-        float v53[16];
+        float v53[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v53[r] = (v49[r] * v52[r]);
             }
         }
-        float v54[16];
+        float v54[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v54[r] = (v48[r] + v53[r]);
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v54[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v54[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a71 = 0e0f;
-            for (int g = 0; g < 16; g++) a71 = a71 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a71 = a71 + ((dt_smem + 0) + 32)[g * 1 + e];
             v14[r] = a71;
         }
         {
@@ -4547,10 +4547,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
         }
         /* layernorm.tensorize(y:8192) */
         for (long long o75 = 0; o75 < s1; o75 += 8192) {
-            float v18[16];
+            float v18[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l76 = (int)((unsigned)e / 8192u % 1u);
                 const int l77 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)(o75 + l77) * (unsigned)args.input_strides[0][1];
@@ -4567,10 +4567,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                     v18[c * 4 + 3] = ((unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v20[r] = (v18[r] - v5[0]);
                 }
@@ -4593,18 +4593,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                 (void)r; (void)e;
                 v24[r] = dt_rsqrt(v23[0]);
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v25[r] = (v20[r] * v24[0]);
                 }
             }
-            float v26[16];
+            float v26[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l84 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o75 + l84) * (unsigned)args.input_strides[1][0];
                 if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(o75 + (l84 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -4620,18 +4620,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                     v26[c * 4 + 3] = ((unsigned)(o75 + (l84 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v27[r] = (v25[r] * v26[r]);
                 }
             }
-            float v28[16];
+            float v28[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l87 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o75 + l87) * (unsigned)args.input_strides[2][0];
                 if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(o75 + (l87 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -4647,17 +4647,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_f32(const dt_args
                     v28[c * 4 + 3] = ((unsigned)(o75 + (l87 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v29[r] = (v27[r] + v28[r]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l90 = (int)((unsigned)e / 8192u % 1u);
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.output_strides[0] + (unsigned)(o75 + l91) * (unsigned)args.output_strides[1];

@@ -1995,8 +1995,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_16k_f32(const dt_ar
     }
 }
 
-/* kernel softmax for f16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args args) {
+/* kernel softmax for f16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2021,10 +2021,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             acc0[r] = (-INFINITY);
         }
         /* partial rmax over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -2037,30 +2037,30 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
-            float v19[16];
+            float v19[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v0; /* 16-bit values as loaded */
-            uint4 q11[2];
-            bool f12[2];
+            dt_f16s<8> v0; /* 16-bit values as loaded */
+            uint4 q11[1];
+            bool f12[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l13 = (int)((unsigned)e / 8192u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
@@ -2068,8 +2068,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 8192u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 8192u);
                 if (f12[c]) {
@@ -2089,16 +2089,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v20[r] = acc4[r];
                 }
@@ -2115,121 +2115,121 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 (void)r; (void)e;
                 v22[r] = 0e0f;
             }
-            float v23[16];
+            float v23[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[16];
+            float v24[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
                 }
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v25[r] = (v19[r] - v24[r]);
                 }
             }
-            float v26[16];
+            float v26[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v26[r] = dt_fast_exp(v25[r]);
                 }
             }
-            float v4[16];
+            float v4[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l30 = (int)((unsigned)e / 1u % 8192u);
                     v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[16];
+            float v6[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v6[r] = (v4[r] - v24[r]);
                 }
             }
-            float v7[16];
+            float v7[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v7[r] = dt_fast_exp(v6[r]);
                 }
             }
-            float v8[16];
+            float v8[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l36 = (int)((unsigned)e / 1u % 8192u);
                     v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = acc5[r];
                 }
             }
-            float v28[16];
+            float v28[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v28[r] = (v27[r] * v26[r]);
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v28[r] + v8[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc5[r] = v29[r];
                 }
             }
         }
-        float v17[16];
+        float v17[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v17[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -2240,7 +2240,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a48 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a48;
         }
         {
@@ -2254,10 +2254,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v30[r] = acc5[r];
             }
@@ -2286,49 +2286,49 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
             (void)r; (void)e;
             v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
         }
-        float v36[16];
+        float v36[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v36[r] = (v17[r] - v35[0]);
             }
         }
-        float v37[16];
+        float v37[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v37[r] = dt_fast_exp(v36[r]);
             }
         }
-        float v38[16];
+        float v38[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a62 = 0e0f;
-            for (int g = 0; g < 16; g++) a62 = a62 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a62 = a62 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a62;
         }
         {
@@ -2344,12 +2344,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
         }
         /* softmax.tensorize(y:8192) */
         for (long long o65 = 0; o65 < s1; o65 += 8192) {
-            dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q66[2];
-            bool f67[2];
+            dt_f16s<8> v11; /* 16-bit values as loaded */
+            uint4 q66[1];
+            bool f67[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 8192u % 1u);
                 const int l69 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
@@ -2357,8 +2357,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                 if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l70 = (int)((unsigned)e / 8192u % 1u);
                 const int l71 = (int)((unsigned)e / 1u % 8192u);
                 if (f67[c]) {
@@ -2377,33 +2377,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
                     v11.w[c] = dt_pack8(h);
                 }
             }
-            float v13[16];
+            float v13[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[16];
+            float v14[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            float v16[16];
+            float v16[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l78 = (int)((unsigned)e / 8192u % 1u);
                 const int l79 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
@@ -2424,8 +2424,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f16(const dt_args a
     }
 }
 
-/* kernel softmax for bf16: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args args) {
+/* kernel softmax for bf16: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2450,10 +2450,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             acc0[r] = (-INFINITY);
         }
         /* partial rmax over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -2466,30 +2466,30 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
-            float v19[16];
+            float v19[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v0; /* 16-bit values as loaded */
-            uint4 q11[2];
-            bool f12[2];
+            dt_bf16s<8> v0; /* 16-bit values as loaded */
+            uint4 q11[1];
+            bool f12[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l13 = (int)((unsigned)e / 8192u % 1u);
                 const int l14 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
@@ -2497,8 +2497,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l15 = (int)((unsigned)e / 8192u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 8192u);
                 if (f12[c]) {
@@ -2518,16 +2518,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v20[r] = acc4[r];
                 }
@@ -2544,121 +2544,121 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 (void)r; (void)e;
                 v22[r] = 0e0f;
             }
-            float v23[16];
+            float v23[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[16];
+            float v24[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
                 }
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v25[r] = (v19[r] - v24[r]);
                 }
             }
-            float v26[16];
+            float v26[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v26[r] = dt_fast_exp(v25[r]);
                 }
             }
-            float v4[16];
+            float v4[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l30 = (int)((unsigned)e / 1u % 8192u);
                     v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[16];
+            float v6[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v6[r] = (v4[r] - v24[r]);
                 }
             }
-            float v7[16];
+            float v7[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v7[r] = dt_fast_exp(v6[r]);
                 }
             }
-            float v8[16];
+            float v8[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     const int l36 = (int)((unsigned)e / 1u % 8192u);
                     v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v27[r] = acc5[r];
                 }
             }
-            float v28[16];
+            float v28[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v28[r] = (v27[r] * v26[r]);
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v29[r] = (v28[r] + v8[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     acc5[r] = v29[r];
                 }
             }
         }
-        float v17[16];
+        float v17[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v17[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -2669,7 +2669,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a48 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a48;
         }
         {
@@ -2683,10 +2683,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v30[r] = acc5[r];
             }
@@ -2715,49 +2715,49 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
             (void)r; (void)e;
             v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
         }
-        float v36[16];
+        float v36[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v36[r] = (v17[r] - v35[0]);
             }
         }
-        float v37[16];
+        float v37[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v37[r] = dt_fast_exp(v36[r]);
             }
         }
-        float v38[16];
+        float v38[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
             (void)e; {
                 v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a62 = 0e0f;
-            for (int g = 0; g < 16; g++) a62 = a62 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a62 = a62 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a62;
         }
         {
@@ -2773,12 +2773,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
         }
         /* softmax.tensorize(y:8192) */
         for (long long o65 = 0; o65 < s1; o65 += 8192) {
-            dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q66[2];
-            bool f67[2];
+            dt_bf16s<8> v11; /* 16-bit values as loaded */
+            uint4 q66[1];
+            bool f67[1];
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l68 = (int)((unsigned)e / 8192u % 1u);
                 const int l69 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
@@ -2786,8 +2786,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                 if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l70 = (int)((unsigned)e / 8192u % 1u);
                 const int l71 = (int)((unsigned)e / 1u % 8192u);
                 if (f67[c]) {
@@ -2806,33 +2806,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
                     v11.w[c] = dt_pack8(h);
                 }
             }
-            float v13[16];
+            float v13[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[16];
+            float v14[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v14[r] = dt_fast_exp(v13[r]);
                 }
             }
-            float v16[16];
+            float v16[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
                     v16[r] = dt_fast_div(v14[r], v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 512 + tid) * 8;
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
                 const int l78 = (int)((unsigned)e / 8192u % 1u);
                 const int l79 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
@@ -2853,8 +2853,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_bf16(const dt_args 
     }
 }
 
-/* kernel softmax for f32: grid block(x:1); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args args) {
+/* kernel softmax for f32: grid block(x:1); 1024 threads, 256 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2879,10 +2879,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             acc0[r] = (-INFINITY);
         }
         /* partial rmax over y, lane by lane */
-        float acc4[16];
+        float acc4[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc4[r] = (-INFINITY);
             }
@@ -2895,28 +2895,28 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             acc2[r] = 0e0f;
         }
         /* partial rsum over y, lane by lane */
-        float acc5[16];
+        float acc5[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 acc5[r] = 0e0f;
             }
         }
         /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
-            float v19[16];
+            float v19[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v19[r] = acc4[r];
                 }
             }
-            float v0[16];
+            float v0[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l11 = (int)((unsigned)e / 8192u % 1u);
                 const int l12 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
@@ -2934,16 +2934,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc4[r] = fmaxf(acc4[r], v0[r]);
                 }
             }
-            float v20[16];
+            float v20[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v20[r] = acc4[r];
                 }
@@ -2960,121 +2960,121 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                 (void)r; (void)e;
                 v22[r] = 0e0f;
             }
-            float v23[16];
+            float v23[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v23[r] = ((v20[r]) == (v21[0]) ? 1.0f : 0.0f);
                 }
             }
-            float v24[16];
+            float v24[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v24[r] = v23[r] != 0.0f ? v22[0] : v20[r];
                 }
             }
-            float v25[16];
+            float v25[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v25[r] = (v19[r] - v24[r]);
                 }
             }
-            float v26[16];
+            float v26[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v26[r] = expf(v25[r]);
                 }
             }
-            float v4[16];
+            float v4[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     const int l26 = (int)((unsigned)e / 1u % 8192u);
                     v4[r] = ((unsigned)(o8 + l26) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
-            float v6[16];
+            float v6[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v6[r] = (v4[r] - v24[r]);
                 }
             }
-            float v7[16];
+            float v7[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v7[r] = expf(v6[r]);
                 }
             }
-            float v8[16];
+            float v8[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     const int l32 = (int)((unsigned)e / 1u % 8192u);
                     v8[r] = ((unsigned)(o8 + l32) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
-            float v27[16];
+            float v27[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v27[r] = acc5[r];
                 }
             }
-            float v28[16];
+            float v28[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v28[r] = (v27[r] * v26[r]);
                 }
             }
-            float v29[16];
+            float v29[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v29[r] = (v28[r] + v8[r]);
                 }
             }
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     acc5[r] = v29[r];
                 }
             }
         }
-        float v17[16];
+        float v17[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v17[r] = acc4[r];
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v17[i * 16 + q]);
+                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v17[i * 8 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             __syncthreads();
@@ -3085,7 +3085,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a44 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a44 = fmaxf(a44, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 32; g++) a44 = fmaxf(a44, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a44;
         }
         {
@@ -3099,10 +3099,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             (void)r; (void)e;
             v3[r] = acc0[r];
         }
-        float v30[16];
+        float v30[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v30[r] = acc5[r];
             }
@@ -3131,49 +3131,49 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
             (void)r; (void)e;
             v35[r] = v34[0] != 0.0f ? v33[0] : v3[0];
         }
-        float v36[16];
+        float v36[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v36[r] = (v17[r] - v35[0]);
             }
         }
-        float v37[16];
+        float v37[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v37[r] = expf(v36[r]);
             }
         }
-        float v38[16];
+        float v38[8];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 8; r++) {
+            const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
             (void)e; {
                 v38[r] = (v30[r] * v37[r]);
             }
         }
         float v9[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 8 per thread and row, then shuffles, then 32 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v38[i * 16 + q];
+                for (int q = 0; q < 8; q++) p[i] = p[i] + v38[i * 8 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 32)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a58 = 0e0f;
-            for (int g = 0; g < 16; g++) a58 = a58 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 32; g++) a58 = a58 + ((dt_smem + 0) + 32)[g * 1 + e];
             v9[r] = a58;
         }
         {
@@ -3189,10 +3189,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
         }
         /* softmax.tensorize(y:8192) */
         for (long long o61 = 0; o61 < s1; o61 += 8192) {
-            float v11[16];
+            float v11[8];
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l62 = (int)((unsigned)e / 8192u % 1u);
                 const int l63 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l62) * (unsigned)args.input_strides[0][0] + (unsigned)(o61 + l63) * (unsigned)args.input_strides[0][1];
@@ -3209,33 +3209,33 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_f32(const dt_args a
                     v11[c * 4 + 3] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v13[16];
+            float v13[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v13[r] = (v11[r] - v3[0]);
                 }
             }
-            float v14[16];
+            float v14[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v14[r] = expf(v13[r]);
                 }
             }
-            float v16[16];
+            float v16[8];
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
                     v16[r] = (v14[r] / v10[0]);
                 }
             }
             #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int e = (c * 512 + tid) * 4;
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
                 const int l70 = (int)((unsigned)e / 8192u % 1u);
                 const int l71 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.output_strides[0] + (unsigned)(o61 + l71) * (unsigned)args.output_strides[1];
