@@ -1173,7 +1173,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                     (arena + 335893)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o12 = 0; o12 < s1; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -1337,7 +1337,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
             for (long long l76 = 0; l76 < 1; l76++) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) */
+            /* layernorm.tensorize(y:8192) num_stages(2) */
             for (long long o77 = 0; o77 < s1; o77 += 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
@@ -1441,7 +1441,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                     (arena + 335893)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o12 = 0; o12 < s1; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -1605,7 +1605,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
             for (long long l76 = 0; l76 < 1; l76++) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) */
+            /* layernorm.tensorize(y:8192) num_stages(2) */
             for (long long o77 = 0; o77 < s1; o77 += 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
@@ -1709,7 +1709,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                     (arena + 335893)[l10 * 8192 + l11] = 0e0f;
                 }
             }
-            /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+            /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o12 = 0; o12 < s1; o12 += 8192) {
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
@@ -1873,7 +1873,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
             for (long long l76 = 0; l76 < 1; l76++) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
-            /* layernorm.tensorize(y:8192) */
+            /* layernorm.tensorize(y:8192) num_stages(2) */
             for (long long o77 = 0; o77 < s1; o77 += 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {

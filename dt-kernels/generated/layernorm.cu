@@ -3076,8 +3076,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn13[1];
+        bool fn14[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l15 = (int)((unsigned)e / 8192u % 1u);
+            const int l16 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+        }
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            uint4 q17[1];
+            bool f18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
+            if (o12 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l19 = (int)((unsigned)e / 8192u % 1u);
+                    const int l20 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)((o12 + 8192) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                }
+            }
             float v32[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -3095,35 +3121,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 }
             }
             dt_f16s<8> v0; /* 16-bit values as loaded */
-            uint4 q17[1];
-            bool f18[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
-                f18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o12 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 8192u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const int l25 = (int)((unsigned)e / 8192u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
                     v0.w[c] = q17[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l22) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + l22) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + l26) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -3139,8 +3154,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l25 = (int)((unsigned)e / 1u % 8192u);
-                    v34[r] = (float)(o12 + l25);
+                    const int l29 = (int)((unsigned)e / 1u % 8192u);
+                    v34[r] = (float)(o12 + l29);
                 }
             }
             float v35[1];
@@ -3291,9 +3306,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a56 = 0e0f;
-            for (int g = 0; g < 32; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a56;
+            float a60 = 0e0f;
+            for (int g = 0; g < 32; g++) a60 = a60 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a60;
         }
         {
             const int r = 0, e = 0;
@@ -3385,9 +3400,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a75 = 0e0f;
-            for (int g = 0; g < 32; g++) a75 = a75 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a75;
+            float a79 = 0e0f;
+            for (int g = 0; g < 32; g++) a79 = a79 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3406,38 +3421,97 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) */
-        for (long long o79 = 0; o79 < s1; o79 += 8192) {
-            dt_f16s<8> v18; /* 16-bit values as loaded */
-            uint4 q80[1];
-            bool f81[1];
+        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
+        uint4 qn84[1];
+        bool fn85[1];
+        uint4 qn86[1];
+        bool fn87[1];
+        uint4 qn88[1];
+        bool fn89[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l90 = (int)((unsigned)e / 8192u % 1u);
+            const int l91 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l91) * (unsigned)args.input_strides[0][1];
+            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)((0) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l92 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)((0) + l92) * (unsigned)args.input_strides[1][0];
+            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((0) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l93 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)((0) + l93) * (unsigned)args.input_strides[2][0];
+            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((0) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o83 = 0; o83 < s1; o83 += 8192) {
+            uint4 q94[1];
+            bool f95[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l82 = (int)((unsigned)e / 8192u % 1u);
-                const int l83 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
-                f81[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o79 + (l83 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
+            for (int c = 0; c < 1; c++) { q94[c] = qn84[c]; f95[c] = fn85[c]; }
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q96[c] = qn86[c]; f97[c] = fn87[c]; }
+            uint4 q98[1];
+            bool f99[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
+            if (o83 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l100 = (int)((unsigned)e / 8192u % 1u);
+                    const int l101 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 + 8192) + l101) * (unsigned)args.input_strides[0][1];
+                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 + 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l102 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o83 + 8192) + l102) * (unsigned)args.input_strides[1][0];
+                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 + 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l103 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o83 + 8192) + l103) * (unsigned)args.input_strides[2][0];
+                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 + 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+                }
             }
+            dt_f16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l84 = (int)((unsigned)e / 8192u % 1u);
-                const int l85 = (int)((unsigned)e / 1u % 8192u);
-                if (f81[c]) {
-                    v18.w[c] = q80[c];
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                if (f95[c]) {
+                    v18.w[c] = q94[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l85) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o83 + l105) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + l85) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + l105) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -3476,33 +3550,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 }
             }
             dt_f16s<8> v26; /* 16-bit values as loaded */
-            uint4 q92[1];
-            bool f93[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l94 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
-                f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l95 = (int)((unsigned)e / 1u % 8192u);
-                if (f93[c]) {
-                    v26.w[c] = q92[c];
+                const int l112 = (int)((unsigned)e / 1u % 8192u);
+                if (f97[c]) {
+                    v26.w[c] = q96[c];
                 } else {
-                    const unsigned a = (unsigned)(o79 + l95) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o83 + l112) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o79 + l95) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o79 + (l95 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o79 + (l95 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o79 + (l95 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o79 + (l95 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o79 + (l95 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o79 + (l95 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o79 + (l95 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o83 + l112) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o83 + (l112 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o83 + (l112 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o83 + (l112 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o83 + (l112 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o83 + (l112 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o83 + (l112 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o83 + (l112 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -3515,33 +3579,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 }
             }
             dt_f16s<8> v28; /* 16-bit values as loaded */
-            uint4 q98[1];
-            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l100 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
-                f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                const int l115 = (int)((unsigned)e / 1u % 8192u);
                 if (f99[c]) {
                     v28.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o79 + l101) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o83 + l115) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o79 + l101) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o79 + (l101 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o79 + (l101 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o79 + (l101 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o79 + (l101 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o79 + (l101 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o79 + (l101 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o79 + (l101 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o83 + l115) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o83 + (l115 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o83 + (l115 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o83 + (l115 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o83 + (l115 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o83 + (l115 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o83 + (l115 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o83 + (l115 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -3556,20 +3610,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 8192u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l118 = (int)((unsigned)e / 8192u % 1u);
+                const int l119 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + l105) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -3652,8 +3706,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn13[1];
+        bool fn14[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l15 = (int)((unsigned)e / 8192u % 1u);
+            const int l16 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l16) * (unsigned)args.input_strides[0][1];
+            fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((0) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+        }
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
+            uint4 q17[1];
+            bool f18[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q17[c] = qn13[c]; f18[c] = fn14[c]; }
+            if (o12 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l19 = (int)((unsigned)e / 8192u % 1u);
+                    const int l20 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)((o12 + 8192) + l20) * (unsigned)args.input_strides[0][1];
+                    fn14[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)((o12 + 8192) + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn14[c]) qn13[c] = *(const uint4*)(in0 + a);
+                }
+            }
             float v32[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -3671,35 +3751,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 }
             }
             dt_bf16s<8> v0; /* 16-bit values as loaded */
-            uint4 q17[1];
-            bool f18[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l20) * (unsigned)args.input_strides[0][1];
-                f18[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o12 + (l20 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f18[c]) q17[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l21 = (int)((unsigned)e / 8192u % 1u);
-                const int l22 = (int)((unsigned)e / 1u % 8192u);
+                const int l25 = (int)((unsigned)e / 8192u % 1u);
+                const int l26 = (int)((unsigned)e / 1u % 8192u);
                 if (f18[c]) {
                     v0.w[c] = q17[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l22) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[0][0] + (unsigned)(o12 + l26) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + l22) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l21) < (unsigned)s0 && (unsigned)(o12 + (l22 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + l26) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l25) < (unsigned)s0 && (unsigned)(o12 + (l26 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -3715,8 +3784,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l25 = (int)((unsigned)e / 1u % 8192u);
-                    v34[r] = (float)(o12 + l25);
+                    const int l29 = (int)((unsigned)e / 1u % 8192u);
+                    v34[r] = (float)(o12 + l29);
                 }
             }
             float v35[1];
@@ -3867,9 +3936,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a56 = 0e0f;
-            for (int g = 0; g < 32; g++) a56 = a56 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a56;
+            float a60 = 0e0f;
+            for (int g = 0; g < 32; g++) a60 = a60 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a60;
         }
         {
             const int r = 0, e = 0;
@@ -3961,9 +4030,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a75 = 0e0f;
-            for (int g = 0; g < 32; g++) a75 = a75 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v14[r] = a75;
+            float a79 = 0e0f;
+            for (int g = 0; g < 32; g++) a79 = a79 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v14[r] = a79;
         }
         {
             const int r = 0, e = 0;
@@ -3982,38 +4051,97 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             (void)r; (void)e;
             v17[r] = dt_fast_div(v15[0], v4[0]);
         }
-        /* layernorm.tensorize(y:8192) */
-        for (long long o79 = 0; o79 < s1; o79 += 8192) {
-            dt_bf16s<8> v18; /* 16-bit values as loaded */
-            uint4 q80[1];
-            bool f81[1];
+        /* layernorm.tensorize(y:8192) num_stages(2): loads one step ahead */
+        uint4 qn84[1];
+        bool fn85[1];
+        uint4 qn86[1];
+        bool fn87[1];
+        uint4 qn88[1];
+        bool fn89[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l90 = (int)((unsigned)e / 8192u % 1u);
+            const int l91 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l91) * (unsigned)args.input_strides[0][1];
+            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)((0) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l92 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)((0) + l92) * (unsigned)args.input_strides[1][0];
+            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((0) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l93 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)((0) + l93) * (unsigned)args.input_strides[2][0];
+            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((0) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+        }
+        for (long long o83 = 0; o83 < s1; o83 += 8192) {
+            uint4 q94[1];
+            bool f95[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l82 = (int)((unsigned)e / 8192u % 1u);
-                const int l83 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l82) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l83) * (unsigned)args.input_strides[0][1];
-                f81[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l82) < (unsigned)s0 && (unsigned)(o79 + (l83 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f81[c]) q80[c] = *(const uint4*)(in0 + a);
+            for (int c = 0; c < 1; c++) { q94[c] = qn84[c]; f95[c] = fn85[c]; }
+            uint4 q96[1];
+            bool f97[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q96[c] = qn86[c]; f97[c] = fn87[c]; }
+            uint4 q98[1];
+            bool f99[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
+            if (o83 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l100 = (int)((unsigned)e / 8192u % 1u);
+                    const int l101 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 + 8192) + l101) * (unsigned)args.input_strides[0][1];
+                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 + 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l102 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o83 + 8192) + l102) * (unsigned)args.input_strides[1][0];
+                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 + 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
+                }
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l103 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)((o83 + 8192) + l103) * (unsigned)args.input_strides[2][0];
+                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 + 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
+                }
             }
+            dt_bf16s<8> v18; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l84 = (int)((unsigned)e / 8192u % 1u);
-                const int l85 = (int)((unsigned)e / 1u % 8192u);
-                if (f81[c]) {
-                    v18.w[c] = q80[c];
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                if (f95[c]) {
+                    v18.w[c] = q94[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l84) * (unsigned)args.input_strides[0][0] + (unsigned)(o79 + l85) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o83 + l105) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + l85) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l84) < (unsigned)s0 && (unsigned)(o79 + (l85 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + l105) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o83 + (l105 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v18.w[c] = dt_pack8(h);
                 }
             }
@@ -4052,33 +4180,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 }
             }
             dt_bf16s<8> v26; /* 16-bit values as loaded */
-            uint4 q92[1];
-            bool f93[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l94 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o79 + l94) * (unsigned)args.input_strides[1][0];
-                f93[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(o79 + (l94 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
-                if (f93[c]) q92[c] = *(const uint4*)(in1 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l95 = (int)((unsigned)e / 1u % 8192u);
-                if (f93[c]) {
-                    v26.w[c] = q92[c];
+                const int l112 = (int)((unsigned)e / 1u % 8192u);
+                if (f97[c]) {
+                    v26.w[c] = q96[c];
                 } else {
-                    const unsigned a = (unsigned)(o79 + l95) * (unsigned)args.input_strides[1][0];
+                    const unsigned a = (unsigned)(o83 + l112) * (unsigned)args.input_strides[1][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o79 + l95) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o79 + (l95 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o79 + (l95 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o79 + (l95 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o79 + (l95 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o79 + (l95 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o79 + (l95 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o79 + (l95 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o83 + l112) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o83 + (l112 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o83 + (l112 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o83 + (l112 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o83 + (l112 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o83 + (l112 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o83 + (l112 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o83 + (l112 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
                     v26.w[c] = dt_pack8(h);
                 }
             }
@@ -4091,33 +4209,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 }
             }
             dt_bf16s<8> v28; /* 16-bit values as loaded */
-            uint4 q98[1];
-            bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l100 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o79 + l100) * (unsigned)args.input_strides[2][0];
-                f99[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(o79 + (l100 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
-                if (f99[c]) q98[c] = *(const uint4*)(in2 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l101 = (int)((unsigned)e / 1u % 8192u);
+                const int l115 = (int)((unsigned)e / 1u % 8192u);
                 if (f99[c]) {
                     v28.w[c] = q98[c];
                 } else {
-                    const unsigned a = (unsigned)(o79 + l101) * (unsigned)args.input_strides[2][0];
+                    const unsigned a = (unsigned)(o83 + l115) * (unsigned)args.input_strides[2][0];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o79 + l101) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o79 + (l101 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o79 + (l101 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o79 + (l101 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o79 + (l101 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o79 + (l101 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o79 + (l101 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o79 + (l101 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o83 + l115) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o83 + (l115 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o83 + (l115 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o83 + (l115 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o83 + (l115 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o83 + (l115 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o83 + (l115 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o83 + (l115 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
                     v28.w[c] = dt_pack8(h);
                 }
             }
@@ -4132,20 +4240,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l104 = (int)((unsigned)e / 8192u % 1u);
-                const int l105 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.output_strides[0] + (unsigned)(o79 + l105) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l118 = (int)((unsigned)e / 8192u % 1u);
+                const int l119 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + l105) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
-                    if ((unsigned)(o1 + l104) < (unsigned)s0 && (unsigned)(o79 + (l105 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                    if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
                 }
             }
         }
@@ -4228,7 +4336,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 acc7[r] = 0e0f;
             }
         }
-        /* rsum layernorm.tensorize(y:8192) + rsum layernorm.tensorize(y:8192), in one pass */
+        /* rsum layernorm.tensorize(y:8192) num_stages(2) + rsum layernorm.tensorize(y:8192) num_stages(2), in one pass */
         for (long long o12 = 0; o12 < s1; o12 += 8192) {
             float v32[8];
             #pragma unroll
@@ -4545,7 +4653,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             (void)r; (void)e;
             v17[r] = (v15[0] / v4[0]);
         }
-        /* layernorm.tensorize(y:8192) */
+        /* layernorm.tensorize(y:8192) num_stages(2) */
         for (long long o75 = 0; o75 < s1; o75 += 8192) {
             float v18[8];
             #pragma unroll

@@ -870,7 +870,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                     (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o8 = 0; o8 < s1; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
@@ -1010,7 +1010,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
             for (long long l62 = 0; l62 < 1; l62++) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
-            /* softmax.tensorize(y:8192) */
+            /* softmax.tensorize(y:8192) num_stages(2) */
             for (long long o63 = 0; o63 < s1; o63 += 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
@@ -1081,7 +1081,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                     (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o8 = 0; o8 < s1; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
@@ -1221,7 +1221,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
             for (long long l62 = 0; l62 < 1; l62++) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
-            /* softmax.tensorize(y:8192) */
+            /* softmax.tensorize(y:8192) num_stages(2) */
             for (long long o63 = 0; o63 < s1; o63 += 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
@@ -1292,7 +1292,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                     (arena + 221201)[l6 * 8192 + l7] = 0e0f;
                 }
             }
-            /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
             for (long long o8 = 0; o8 < s1; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
@@ -1432,7 +1432,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
             for (long long l62 = 0; l62 < 1; l62++) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
-            /* softmax.tensorize(y:8192) */
+            /* softmax.tensorize(y:8192) num_stages(2) */
             for (long long o63 = 0; o63 < s1; o63 += 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {

@@ -2045,8 +2045,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn9[1];
+        bool fn10[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l11 = (int)((unsigned)e / 8192u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l12) * (unsigned)args.input_strides[0][1];
+            fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+        }
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
+            if (o8 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l15 = (int)((unsigned)e / 8192u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
+                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((o8 + 8192) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+                }
+            }
             float v19[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -2056,35 +2082,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 }
             }
             dt_f16s<8> v0; /* 16-bit values as loaded */
-            uint4 q11[1];
-            bool f12[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l13 = (int)((unsigned)e / 8192u % 1u);
-                const int l14 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(o8 + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 8192u % 1u);
-                const int l16 = (int)((unsigned)e / 1u % 8192u);
-                if (f12[c]) {
-                    v0.w[c] = q11[c];
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                if (f14[c]) {
+                    v0.w[c] = q13[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + l16) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + l20) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2152,8 +2167,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l30 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l34 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o8 + l34) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[8];
@@ -2177,8 +2192,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l36 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l40 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o8 + l40) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v27[8];
@@ -2239,9 +2254,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a48 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a48;
+            float a52 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a52 = fmaxf(a52, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a52;
         }
         {
             const int r = 0, e = 0;
@@ -2327,9 +2342,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a62 = 0e0f;
-            for (int g = 0; g < 32; g++) a62 = a62 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a62;
+            float a66 = 0e0f;
+            for (int g = 0; g < 32; g++) a66 = a66 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a66;
         }
         {
             const int r = 0, e = 0;
@@ -2342,38 +2357,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) */
-        for (long long o65 = 0; o65 < s1; o65 += 8192) {
-            dt_f16s<8> v11; /* 16-bit values as loaded */
-            uint4 q66[1];
-            bool f67[1];
+        /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
+        uint4 qn70[1];
+        bool fn71[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l72 = (int)((unsigned)e / 8192u % 1u);
+            const int l73 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l73) * (unsigned)args.input_strides[0][1];
+            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)((0) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o69 = 0; o69 < s1; o69 += 8192) {
+            uint4 q74[1];
+            bool f75[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l68 = (int)((unsigned)e / 8192u % 1u);
-                const int l69 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
-                f67[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l68) < (unsigned)s0 && (unsigned)(o65 + (l69 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
+            for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
+            if (o69 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l76 = (int)((unsigned)e / 8192u % 1u);
+                    const int l77 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 + 8192) + l77) * (unsigned)args.input_strides[0][1];
+                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 + 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+                }
             }
+            dt_f16s<8> v11; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l70 = (int)((unsigned)e / 8192u % 1u);
-                const int l71 = (int)((unsigned)e / 1u % 8192u);
-                if (f67[c]) {
-                    v11.w[c] = q66[c];
+                const int l78 = (int)((unsigned)e / 8192u % 1u);
+                const int l79 = (int)((unsigned)e / 1u % 8192u);
+                if (f75[c]) {
+                    v11.w[c] = q74[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l71) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.input_strides[0][0] + (unsigned)(o69 + l79) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + l71) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + l79) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2404,20 +2434,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l78 = (int)((unsigned)e / 8192u % 1u);
-                const int l79 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l86 = (int)((unsigned)e / 8192u % 1u);
+                const int l87 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + l79) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2474,8 +2504,34 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn9[1];
+        bool fn10[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l11 = (int)((unsigned)e / 8192u % 1u);
+            const int l12 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l12) * (unsigned)args.input_strides[0][1];
+            fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+        }
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            uint4 q13[1];
+            bool f14[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
+            if (o8 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l15 = (int)((unsigned)e / 8192u % 1u);
+                    const int l16 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
+                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((o8 + 8192) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+                }
+            }
             float v19[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -2485,35 +2541,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 }
             }
             dt_bf16s<8> v0; /* 16-bit values as loaded */
-            uint4 q11[1];
-            bool f12[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l13 = (int)((unsigned)e / 8192u % 1u);
-                const int l14 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l13) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l14) * (unsigned)args.input_strides[0][1];
-                f12[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l13) < (unsigned)s0 && (unsigned)(o8 + (l14 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f12[c]) q11[c] = *(const uint4*)(in0 + a);
-            }
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l15 = (int)((unsigned)e / 8192u % 1u);
-                const int l16 = (int)((unsigned)e / 1u % 8192u);
-                if (f12[c]) {
-                    v0.w[c] = q11[c];
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                if (f14[c]) {
+                    v0.w[c] = q13[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + l16) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)(o8 + (l16 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + l20) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2581,8 +2626,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l30 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o8 + l30) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l34 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o8 + l34) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[8];
@@ -2606,8 +2651,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l36 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o8 + l36) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l40 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o8 + l40) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v27[8];
@@ -2668,9 +2713,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a48 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a48 = fmaxf(a48, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a48;
+            float a52 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a52 = fmaxf(a52, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a52;
         }
         {
             const int r = 0, e = 0;
@@ -2756,9 +2801,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a62 = 0e0f;
-            for (int g = 0; g < 32; g++) a62 = a62 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a62;
+            float a66 = 0e0f;
+            for (int g = 0; g < 32; g++) a66 = a66 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a66;
         }
         {
             const int r = 0, e = 0;
@@ -2771,38 +2816,53 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) */
-        for (long long o65 = 0; o65 < s1; o65 += 8192) {
-            dt_bf16s<8> v11; /* 16-bit values as loaded */
-            uint4 q66[1];
-            bool f67[1];
+        /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
+        uint4 qn70[1];
+        bool fn71[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l72 = (int)((unsigned)e / 8192u % 1u);
+            const int l73 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l73) * (unsigned)args.input_strides[0][1];
+            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)((0) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o69 = 0; o69 < s1; o69 += 8192) {
+            uint4 q74[1];
+            bool f75[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 1024 + tid) * 8;
-                const int l68 = (int)((unsigned)e / 8192u % 1u);
-                const int l69 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l68) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l69) * (unsigned)args.input_strides[0][1];
-                f67[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l68) < (unsigned)s0 && (unsigned)(o65 + (l69 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f67[c]) q66[c] = *(const uint4*)(in0 + a);
+            for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
+            if (o69 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l76 = (int)((unsigned)e / 8192u % 1u);
+                    const int l77 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 + 8192) + l77) * (unsigned)args.input_strides[0][1];
+                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 + 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+                }
             }
+            dt_bf16s<8> v11; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l70 = (int)((unsigned)e / 8192u % 1u);
-                const int l71 = (int)((unsigned)e / 1u % 8192u);
-                if (f67[c]) {
-                    v11.w[c] = q66[c];
+                const int l78 = (int)((unsigned)e / 8192u % 1u);
+                const int l79 = (int)((unsigned)e / 1u % 8192u);
+                if (f75[c]) {
+                    v11.w[c] = q74[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.input_strides[0][0] + (unsigned)(o65 + l71) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.input_strides[0][0] + (unsigned)(o69 + l79) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + l71) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o65 + (l71 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + l79) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2833,20 +2893,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l78 = (int)((unsigned)e / 8192u % 1u);
-                const int l79 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.output_strides[0] + (unsigned)(o65 + l79) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l86 = (int)((unsigned)e / 8192u % 1u);
+                const int l87 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
                 } else {
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + l79) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o65 + (l79 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2903,7 +2963,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 acc5[r] = 0e0f;
             }
         }
-        /* rmax softmax.tensorize(y:8192) + rsum softmax.tensorize(y:8192), in one pass */
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
         for (long long o8 = 0; o8 < s1; o8 += 8192) {
             float v19[8];
             #pragma unroll
@@ -3187,7 +3247,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        /* softmax.tensorize(y:8192) */
+        /* softmax.tensorize(y:8192) num_stages(2) */
         for (long long o61 = 0; o61 < s1; o61 += 8192) {
             float v11[8];
             #pragma unroll

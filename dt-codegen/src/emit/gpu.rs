@@ -806,11 +806,13 @@ impl Emitter<'_> {
         });
     }
 
-    /// The loads of block loop `l` that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in
-    /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
-    /// known ahead: the start of their block).
+    /// The loads of loop `l` that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in 16-byte
+    /// runs, at the top of its body or of single-step loops there (their offsets then known
+    /// ahead: the start of their block). A block loop takes rows; a loop over a whole dimension
+    /// or a reduction, with no inner loop, the chunks of a long row.
     fn prefetchable(&self, l: &Loop) -> Vec<Prefetch> {
-        if l.stages < 2 || l.kind != LoopKind::Block || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+        let over_chunks = l.kind != LoopKind::Block && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_)));
+        if l.stages < 2 || !(l.kind == LoopKind::Block || over_chunks) || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -834,7 +836,7 @@ impl Emitter<'_> {
         }
     }
 
-    /// A block loop over several rows whose loads are issued one step ahead (`num_stages`):
+    /// A loop over several rows or chunks whose loads are issued one step ahead (`num_stages`):
     /// the loads of the first step before the loop, and in each step, before its work, those
     /// of the next, into registers the work then no longer needs (a double buffer of raw
     /// 16-byte words). The memory system so always has a step's loads in flight. A load that

@@ -139,9 +139,11 @@ impl Builder<'_> {
             }
         }
         self.kernel_loops(level + 1)?;
-        // num_stages also pipelines the loads of a block loop with several steps (its rows).
+        // num_stages also pipelines the loads of a block loop with several steps (its rows), and
+        // those of a loop over a whole dimension (chunks of a long row).
         let stages = match kf.schedule.block_extent(d) {
             Some(b) if kf.schedule.num_stages > 1 && b > step => kf.schedule.num_stages,
+            None => kf.schedule.num_stages,
             _ => 1,
         };
         if stages > 1 {
@@ -235,7 +237,11 @@ impl Builder<'_> {
                 rshape.0.retain(|(d, _)| d != dim);
                 let r = self.value(rshape, Op::Reduce { op: *op, value: masked, dim: *dim });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(*op), value: r });
-                self.close_loop(*dim, LoopKind::Reduction, step, 1, format!("{} {origin}", op.name()).trim().to_string());
+                // num_stages pipelines the loads of the chunks of a reduction, as of a whole loop.
+                let stages = self.p.func(self.k).schedule.num_stages;
+                let stages_origin = if stages > 1 { format!(" num_stages({stages})") } else { String::new() };
+                let origin = format!("{} {origin}{stages_origin}", op.name());
+                self.close_loop(*dim, LoopKind::Reduction, step, stages, origin.trim().to_string());
                 let shape = self.kernel.var(var).clone();
                 self.value(shape, Op::Var(var))
             }

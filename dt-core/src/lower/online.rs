@@ -20,8 +20,8 @@
 //! Running maxima of `-inf` (a lane that has seen nothing else yet) are read as 0 where they
 //! are subtracted, so that `exp(-inf - -inf)` never makes a NaN the two loops would not make.
 //!
-//! It applies to two consecutive reduction loops over the same dimension and chunk with no inner
-//! loop and no pipelining, where the second updates only its own partial tile (of the first's
+//! It applies to two consecutive reduction loops over the same dimension, chunk and pipeline depth
+//! with no inner loop, where the second updates only its own partial tile (of the first's
 //! shape) and reads nothing computed from the first loop but the statistic. Statements between
 //! the two loops that do not depend on the first move before the merged loop.
 
@@ -76,10 +76,10 @@ enum Rule {
     },
 }
 
-/// A reduction loop with no inner loop and no pipelined loads.
+/// A reduction loop with no inner loop.
 fn plain_reduction(s: &Stmt) -> Option<&Loop> {
     match s {
-        Stmt::Loop(l) if l.kind == LoopKind::Reduction && l.stages == 1 && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) => Some(l),
+        Stmt::Loop(l) if l.kind == LoopKind::Reduction && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) => Some(l),
         _ => None,
     }
 }
@@ -89,7 +89,7 @@ fn find(k: &Kernel, stmts: &[Stmt], from: usize) -> Option<Match> {
         let Some(l1) = plain_reduction(&stmts[i]) else { continue };
         let Some(j) = (i + 1..stmts.len()).find(|&j| matches!(stmts[j], Stmt::Loop(_))) else { return None };
         let Some(l2) = plain_reduction(&stmts[j]) else { continue };
-        if l1.dim != l2.dim || l1.step != l2.step {
+        if l1.dim != l2.dim || l1.step != l2.step || l1.stages != l2.stages {
             continue;
         }
         if let Some(m) = match_loops(k, stmts, i, j) {
@@ -460,7 +460,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
             });
         }
     }
-    out.push(Stmt::Loop(Loop { dim, kind: LoopKind::Reduction, step: l1.step, stages: 1, origin, body }));
+    out.push(Stmt::Loop(Loop { dim, kind: LoopKind::Reduction, step: l1.step, stages: l1.stages, origin, body }));
     out.extend(kept);
     out.extend(after_loop);
     out
