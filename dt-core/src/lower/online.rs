@@ -566,6 +566,23 @@ mod tests {
         assert_eq!(reduction_loops(&k.body), 1, "{}", crate::kir::print(&k));
     }
 
+    /// The second sum reads the maximum outside a factor exp(z - m), or squares deviations of
+    /// another value than the one the mean is of: two loops stay two loops.
+    #[test]
+    fn statistics_that_cannot_be_carried_keep_their_loops() {
+        let shifted = SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(A[x, y] - m[x]) + m[x], y)");
+        let other = LAYERNORM.replace(
+            "rsum((X[x, y] - mean[x]) * (X[x, y] - mean[x]), y)",
+            "rsum((2.0 * X[x, y] - mean[x]) * (2.0 * X[x, y] - mean[x]), y)",
+        );
+        for src in [shifted, other] {
+            let (_, k) = lowered(&src);
+            assert_eq!(reduction_loops(&k.body), 2, "{}", crate::kir::print(&k));
+        }
+        let rows: Vec<Vec<f32>> = (0..3).map(|r| (0..21).map(|i| ((i * 7 + r * 3) % 11) as f32 - 4.0).collect()).collect();
+        check(&SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(A[x, y] - m[x]) + m[x], y)"), "A", &rows, 1e-5);
+    }
+
     #[test]
     fn online_softmax_matches_reference() {
         let ninf = f32::NEG_INFINITY;
