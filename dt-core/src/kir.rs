@@ -315,6 +315,32 @@ impl Kernel {
     }
 }
 
+/// The accumulators that `stmts` write, nested loops included: one entry per statement that
+/// initializes or updates one.
+pub fn written_vars(stmts: &[Stmt]) -> Vec<VarId> {
+    let mut out = Vec::new();
+    fn walk(stmts: &[Stmt], out: &mut Vec<VarId>) {
+        for s in stmts {
+            match s {
+                Stmt::Init { var, .. } | Stmt::Update { var, .. } => out.push(*var),
+                Stmt::Loop(l) => walk(&l.body, out),
+                Stmt::Let { .. } | Stmt::Store { .. } => {}
+            }
+        }
+    }
+    walk(stmts, &mut out);
+    out
+}
+
+/// Whether anything in `stmts`, nested loops included, reads accumulator `v`.
+pub fn reads_var(stmts: &[Stmt], v: VarId) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Let { op: Op::Var(x), .. } => *x == v,
+        Stmt::Loop(l) => reads_var(&l.body, v),
+        _ => false,
+    })
+}
+
 // ---- text form -------------------------------------------------------------------------------
 
 /// Prints a kernel in the readable form of `dtc emit --target kir`.

@@ -1,7 +1,8 @@
 //! The checked-in generated sources (`dt-kernels/generated/`): fresh, and accepted by the real
 //! toolchains: nvcc for sm_80 and sm_90a, hipcc for gfx90a, gcc and clang for the CPU C, all
-//! with warnings as errors; and the CUDA and HIP C of the lowering's test specs, too. Without a toolchain a test says so and passes, unless
-//! `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a missing toolchain fails.
+//! with warnings as errors; and the CUDA and HIP C of the lowering's test specs, too. Without a
+//! toolchain a test says so and passes, unless `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a
+//! missing toolchain fails.
 
 use build_support::cuda::{self, Arch};
 use build_support::{hip, BuildEnv};

@@ -806,13 +806,12 @@ impl Emitter<'_> {
         });
     }
 
-    /// The loads of loop `l` that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in 16-byte
-    /// runs, at the top of its body or of single-step loops there (their offsets then known
-    /// ahead: the start of their block). A block loop takes rows; a loop over a whole dimension
-    /// or a reduction, with no inner loop, the chunks of a long row.
+    /// The loads of pipelined loop `l` (over the rows of a block or the chunks of a dimension:
+    /// the lowering decides which) that [`Self::pipelined_rows`] issues ahead: 16-bit tiles in
+    /// 16-byte runs, at the top of its body or of single-step loops there (their offsets then
+    /// known ahead: the start of their block). The tensor-core dots pipeline their own loops.
     fn prefetchable(&self, l: &Loop) -> Vec<Prefetch> {
-        let over_chunks = l.kind != LoopKind::Block && !l.body.iter().any(|s| matches!(s, Stmt::Loop(_)));
-        if l.stages < 2 || !(l.kind == LoopKind::Block || over_chunks) || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
+        if l.stages < 2 || self.single_iteration(l) || self.dtype.size_bytes() != 2 {
             return Vec::new();
         }
         let mut out = Vec::new();

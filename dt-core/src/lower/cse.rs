@@ -57,9 +57,7 @@ fn merge(k: &Kernel, stmts: Vec<Stmt>, replace: &mut [ValueId], mut set_to: Hash
             }
             Stmt::Store { value, tile } => out.push(Stmt::Store { value: r(value, replace), tile }),
             Stmt::Loop(mut l) => {
-                let mut written = Vec::new();
-                writes(&l.body, &mut written);
-                for var in &written {
+                for var in &crate::kir::written_vars(&l.body) {
                     forget(*var, &mut seen, &mut set_to);
                 }
                 l.body = merge(k, l.body, replace, set_to.clone());
@@ -72,15 +70,4 @@ fn merge(k: &Kernel, stmts: Vec<Stmt>, replace: &mut [ValueId], mut set_to: Hash
         }
     }
     out
-}
-
-/// The accumulators `stmts` write, at any depth.
-fn writes(stmts: &[Stmt], out: &mut Vec<VarId>) {
-    for s in stmts {
-        match s {
-            Stmt::Update { var, .. } | Stmt::Init { var, .. } => out.push(*var),
-            Stmt::Loop(l) => writes(&l.body, out),
-            Stmt::Let { .. } | Stmt::Store { .. } => {}
-        }
-    }
 }

@@ -24,7 +24,7 @@
 //! where nothing else in the loop reads or writes the accumulator, and where the partial tile
 //! costs at most [`MAX_PARTIAL_PER_THREAD`] registers per thread of a 32-lane warp.
 
-use crate::kir::{Combine, Kernel, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
 
 /// Most elements of a partial tile per thread (counting 32 threads per warp), so that the tile
 /// stays in registers next to the chunk it accumulates.
@@ -96,7 +96,7 @@ fn deferrable(k: &Kernel, body: &[Stmt], dim: crate::algo::DimId, uses: &[usize]
             })
             .collect();
         let [(var, Combine::Reduce(how))] = updates[..] else { continue };
-        let touched = |v: VarId| writes(body, v) != 1 || reads(body, v);
+        let touched = |v: VarId| written_vars(body).iter().filter(|x| **x == v).count() != 1 || reads_var(body, v);
         if how == *op && !touched(var) {
             found.push((*reduced, var));
         }
@@ -108,25 +108,4 @@ fn new_value(k: &mut Kernel, shape: Shape) -> ValueId {
     let id = ValueId(k.values.len() as u32);
     k.values.push(Value { shape, layout: crate::kir::Layout::Blocked });
     id
-}
-
-/// How many statements write accumulator `v` in `stmts`, nested loops included.
-fn writes(stmts: &[Stmt], v: VarId) -> usize {
-    stmts
-        .iter()
-        .map(|s| match s {
-            Stmt::Init { var, .. } | Stmt::Update { var, .. } if *var == v => 1,
-            Stmt::Loop(l) => writes(&l.body, v),
-            _ => 0,
-        })
-        .sum()
-}
-
-/// Whether anything in `stmts` reads accumulator `v`.
-fn reads(stmts: &[Stmt], v: VarId) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Let { op: Op::Var(x), .. } => *x == v,
-        Stmt::Loop(l) => reads(&l.body, v),
-        _ => false,
-    })
 }

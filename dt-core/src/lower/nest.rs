@@ -107,10 +107,25 @@ impl Builder<'_> {
         self.stmts.push(Vec::new());
     }
 
+    /// Closes the innermost loop; its origin names `num_stages` when it is pipelined.
     fn close_loop(&mut self, d: DimId, kind: LoopKind, step: u32, stages: u32, origin: String) {
         self.active.pop();
         let body = self.stmts.pop().unwrap_or_default();
+        let origin = origin.trim();
+        let origin = if stages > 1 { format!("{origin} num_stages({stages})").trim().to_string() } else { origin.to_string() };
         self.emit(Stmt::Loop(Loop { dim: d, kind, step, stages, origin, body }));
+    }
+
+    /// Pipeline depth of the loop about to close over the chunks of a dimension (a whole
+    /// dimension, a reduction, an `rdot`): the kernel's `num_stages` when no loop is inside it
+    /// (its loads are then the chunk's), else 1.
+    fn chunk_stages(&self) -> u32 {
+        let innermost = !self.stmts.last().is_some_and(|s| s.iter().any(|x| matches!(x, Stmt::Loop(_))));
+        if innermost {
+            self.p.func(self.k).schedule.num_stages
+        } else {
+            1
+        }
     }
 
     /// Opens the loop over the kernel's dimension number `level` and everything inside it.
@@ -142,14 +157,11 @@ impl Builder<'_> {
         // num_stages also pipelines the loads of a block loop with several steps (its rows), and
         // those of a loop over a whole dimension (chunks of a long row).
         let stages = match kf.schedule.block_extent(d) {
-            Some(b) if kf.schedule.num_stages > 1 && b > step => kf.schedule.num_stages,
-            None => kf.schedule.num_stages,
-            _ => 1,
+            Some(b) if b > step => kf.schedule.num_stages,
+            Some(_) => 1,
+            None => self.chunk_stages(),
         };
-        if stages > 1 {
-            origin = format!("{origin} num_stages({stages})");
-        }
-        self.close_loop(d, kind, step, stages, origin.trim().to_string());
+        self.close_loop(d, kind, step, stages, origin);
         Ok(())
     }
 
@@ -237,11 +249,8 @@ impl Builder<'_> {
                 rshape.0.retain(|(d, _)| d != dim);
                 let r = self.value(rshape, Op::Reduce { op: *op, value: masked, dim: *dim });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(*op), value: r });
-                // num_stages pipelines the loads of the chunks of a reduction, as of a whole loop.
-                let stages = self.p.func(self.k).schedule.num_stages;
-                let stages_origin = if stages > 1 { format!(" num_stages({stages})") } else { String::new() };
-                let origin = format!("{} {origin}{stages_origin}", op.name());
-                self.close_loop(*dim, LoopKind::Reduction, step, stages, origin.trim().to_string());
+                let stages = self.chunk_stages();
+                self.close_loop(*dim, LoopKind::Reduction, step, stages, format!("{} {origin}", op.name()));
                 let shape = self.kernel.var(var).clone();
                 self.value(shape, Op::Var(var))
             }
@@ -257,10 +266,8 @@ impl Builder<'_> {
                 dshape.0.retain(|(d, _)| d != dim);
                 let r = self.value(dshape, Op::Dot { a: va, b: vb, dim: *dim });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(RedOp::Sum), value: r });
-                let innermost = !self.stmts.last().is_some_and(|s| s.iter().any(|x| matches!(x, Stmt::Loop(_))));
-                let stages = if innermost { self.p.func(self.k).schedule.num_stages } else { 1 };
-                let stages_origin = if stages > 1 { format!(" num_stages({stages})") } else { String::new() };
-                self.close_loop(*dim, LoopKind::Reduction, step, stages, format!("rdot {origin}{stages_origin}").trim().to_string());
+                let stages = self.chunk_stages();
+                self.close_loop(*dim, LoopKind::Reduction, step, stages, format!("rdot {origin}"));
                 let shape = self.kernel.var(var).clone();
                 self.value(shape, Op::Var(var))
             }

@@ -26,7 +26,7 @@
 //! the two loops that do not depend on the first move before the merged loop.
 
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{Combine, Kernel, Layout, Loop, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Kernel, Layout, Loop, LoopKind, Op, Shape, Stmt, Value, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
 pub fn merge_statistic_loops(k: &mut Kernel) {
@@ -110,19 +110,6 @@ fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
         .collect()
 }
 
-/// The accumulators `stmts` write (nested loops included).
-fn written(stmts: &[Stmt], out: &mut HashSet<VarId>) {
-    for s in stmts {
-        match s {
-            Stmt::Init { var, .. } | Stmt::Update { var, .. } => {
-                out.insert(*var);
-            }
-            Stmt::Loop(l) => written(&l.body, out),
-            _ => {}
-        }
-    }
-}
-
 /// The values of the statements between the loops (top level) that depend on what the first
 /// loop computes, and the accumulators those statements write.
 fn dependent(between: &[Stmt], first_writes: &HashSet<VarId>) -> HashSet<ValueId> {
@@ -169,14 +156,11 @@ fn match_loops(k: &Kernel, stmts: &[Stmt], i: usize, j: usize) -> Option<Match> 
         return None;
     }
     // After the second loop, the partial is only read, at the top level.
-    let mut after_writes = HashSet::new();
-    written(&stmts[j + 1..], &mut after_writes);
-    if after_writes.contains(&p2) || reads_nested(&stmts[j + 1..], p2) {
+    if written_vars(&stmts[j + 1..]).contains(&p2) || reads_nested(&stmts[j + 1..], p2) {
         return None;
     }
     // What the second loop reads from outside: at most one value computed from the first loop.
-    let mut first_writes = HashSet::new();
-    written(&l1.body, &mut first_writes);
+    let first_writes: HashSet<VarId> = written_vars(&l1.body).into_iter().collect();
     let dep = dependent(between, &first_writes);
     let own: HashSet<ValueId> = defs(&l2.body).into_keys().collect();
     let outside: HashSet<ValueId> = l2
@@ -214,10 +198,7 @@ fn match_loops(k: &Kernel, stmts: &[Stmt], i: usize, j: usize) -> Option<Match> 
         Stmt::Update { var, combine: Combine::Reduce(op), value } if var == p1 && *op == rule_op => Some(*value),
         _ => None,
     })?;
-    let mut others = HashSet::new();
-    written(&stmts[j..], &mut others);
-    written(between, &mut others);
-    if others.contains(p1) || k.value(z).shape != pshape {
+    if written_vars(&stmts[j..]).contains(p1) || written_vars(between).contains(p1) || k.value(z).shape != pshape {
         return None;
     }
     let rule = match rule_op {
@@ -240,14 +221,7 @@ fn len_of(between: &HashMap<ValueId, &Op>, stmts: &[Stmt], first: usize, v: Valu
 
 /// Whether a nested loop of `stmts` reads accumulator `v`.
 fn reads_nested(stmts: &[Stmt], v: VarId) -> bool {
-    fn reads(stmts: &[Stmt], v: VarId) -> bool {
-        stmts.iter().any(|s| match s {
-            Stmt::Let { op: Op::Var(x), .. } => *x == v,
-            Stmt::Loop(l) => reads(&l.body, v),
-            _ => false,
-        })
-    }
-    stmts.iter().any(|s| matches!(s, Stmt::Loop(l) if reads(&l.body, v)))
+    stmts.iter().any(|s| matches!(s, Stmt::Loop(l) if reads_var(&l.body, v)))
 }
 
 /// Whether `t` reads `m` only through factors `exp(z - m)`: `t(m') = t(m) exp(m - m')`. Every
@@ -339,8 +313,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     let mut out = stmts;
 
     // Statements between the loops that do not depend on the first move before it.
-    let mut first_writes = HashSet::new();
-    written(&l1.body, &mut first_writes);
+    let first_writes: HashSet<VarId> = written_vars(&l1.body).into_iter().collect();
     let dep = dependent(&between, &first_writes);
     let (mut hoisted, mut kept) = (Vec::new(), Vec::new());
     for s in between {
