@@ -418,9 +418,9 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
             .iter()
             .map(|l| format!("LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {} }}", l.symbol, l.threads, l.shared_bytes))
             .collect();
-        let cpu: Vec<String> = spec.out.cuda_launch.iter().map(|l| format!("({:?}, {} as CpuFn)", l.symbol, l.symbol)).collect();
-        for l in &spec.out.cuda_launch {
-            let _ = writeln!(externs, "    fn {}(args: *const DtArgs, first: i64, last: i64);", l.symbol);
+        let cpu: Vec<String> = spec.out.cpu_symbols.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
+        for s in &spec.out.cpu_symbols {
+            let _ = writeln!(externs, "    fn {s}(args: *const DtArgs, first: i64, last: i64);");
         }
         let hip_fields = match hip {
             Some(hip) => {

@@ -55,6 +55,12 @@ impl CudaRunner {
         Ok(Box::leak(name.into_boxed_str()))
     }
 
+    /// Whether the GPU has thread-block clusters (sm_90 and newer), which clustered kernels
+    /// (`cluster(y:N)`) need.
+    pub fn clusters(&self) -> bool {
+        self.ctx.compute_capability().is_ok_and(|(major, _)| major >= 9)
+    }
+
     /// Compiles CUDA C with NVRTC for this GPU and loads it.
     pub fn compile(&self, source: &str) -> Result<Arc<CudaModule>, GpuError> {
         let opts = cudarc::nvrtc::CompileOptions { arch: Some(self.arch()?), options: vec!["--std=c++17".into()], ..Default::default() };

@@ -46,6 +46,21 @@ fn dtc_check_reports_a_located_error_and_exits_1() {
     assert!(err.contains("^"), "{err}");
 }
 
+/// A clustered kernel has CUDA C only: asked for C or HIP C, dtc says why and exits 1; the
+/// interpreter runs it.
+#[test]
+fn dtc_refuses_clustered_kernels_for_the_cpu_and_hip() {
+    let spec = "dt-codegen/tests/cluster/row_stats_cluster.dt";
+    for target in ["c", "hip"] {
+        let out = dtc().args(["emit", "--target", target, spec]).output().expect("dtc runs");
+        assert_eq!(out.status.code(), Some(1), "--target {target}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("kernel `softmax` is clustered (`cluster(y:8)`)") && err.contains("no thread-block clusters"), "{err}");
+    }
+    let out = dtc().args(["emit", "--target", "cuda", spec]).output().expect("dtc runs");
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DT_CLUSTER(8)"));
+}
+
 #[test]
 fn dtc_emit_kir_matches_the_checked_in_kernel_ir() {
     for spec in library_specs() {

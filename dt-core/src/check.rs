@@ -22,7 +22,7 @@ const UNARY_FUNCS: &[(&str, UnOp)] = &[
     ("abs", UnOp::Abs),
 ];
 const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, max, min, where, len, rsum, rmax, rmin, rdot, reshape";
-const PRIMITIVES: &str = "block, tensorize, map, fuse_at, num_warps, num_stages, max_registers, dtypes, bound, compile";
+const PRIMITIVES: &str = "block, tensorize, map, cluster, fuse_at, num_warps, num_stages, max_registers, dtypes, bound, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {
@@ -69,6 +69,7 @@ struct Def<'a> {
 struct SchedSpans {
     block: Option<Span>,
     map: Option<Span>,
+    cluster: Option<Span>,
     placement: Vec<Span>,
     fuse_at: Option<Span>,
     tensorize: Vec<(DimId, u32, Span)>,
@@ -666,7 +667,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                 continue;
             }
             match prim.name.as_str() {
-                "tensorize" | "map" | "fuse_at" => deferred.push((f, prim, args, *span)),
+                "tensorize" | "map" | "cluster" | "fuse_at" => deferred.push((f, prim, args, *span)),
                 _ => self.primitive(f, prim, args, *span),
             }
         }
@@ -878,6 +879,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
             "map" => self.map(f, args, span),
+            "cluster" => self.cluster(f, args, span),
             "fuse_at" => self.fuse_at(f, args, span),
             _ => self.err(prim.span, format!("unknown schedule primitive `{}`", prim.name), format!("primitives are: {PRIMITIVES}")),
         }
@@ -974,6 +976,46 @@ impl<'a, 'd> Checker<'a, 'd> {
             }
         }
         self.prog.funcs[f.index()].schedule.map = Some(entries);
+    }
+
+    /// `cluster(y:N)`: `y` must be the kernel's blocked dimension that varies fastest with the
+    /// program id (the last blocked one, no `map`), so that the `N` blocks of a row are
+    /// consecutive programs, which is how a launch groups programs into clusters.
+    fn cluster(&mut self, f: FuncId, args: &[SchedArg], span: Span) {
+        let fname = self.prog.func(f).name.clone();
+        self.sched_spans[f.index()].placement.push(span);
+        if self.sched_spans[f.index()].cluster.replace(span).is_some() {
+            self.err(span, format!("`{fname}` is clustered twice"), "a kernel has one `cluster`");
+            return;
+        }
+        let [SchedArg::Extent(id, v, s)] = args else {
+            self.err(span, "`cluster` takes one `dimension:programs` pair", format!("for example `{fname}.cluster(y:8)`"));
+            return;
+        };
+        let fdims = self.prog.func(f).dims.clone();
+        let Some(d) = self.dim(id, &fdims) else { return };
+        let Some(n) = self.int_arg(*v, *s, "a cluster size") else { return };
+        if !(2..=8).contains(&n) || !n.is_power_of_two() {
+            self.err(*s, format!("a cluster of {n} programs is not supported"), "use 2, 4 or 8 programs per cluster");
+            return;
+        }
+        let sched = &self.prog.func(f).schedule;
+        let last_blocked = fdims.iter().rev().find(|x| sched.block_extent(**x).is_some()).copied();
+        if sched.block_extent(d).is_none() {
+            let label = format!("a cluster groups blocks: add `{}` to `{fname}.block(...)`", id.name);
+            self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
+            return;
+        }
+        if last_blocked != Some(d) {
+            let other = last_blocked.map_or("?", |x| self.prog.dim_name(x)).to_string();
+            self.err(
+                id.span,
+                format!("cannot cluster `{}`: `{other}` varies faster with the program id", id.name),
+                "the programs of a cluster are consecutive: cluster the last blocked dimension",
+            );
+            return;
+        }
+        self.prog.funcs[f.index()].schedule.cluster = Some((d, n as u32));
     }
 
     fn fuse_at(&mut self, p: FuncId, args: &[SchedArg], span: Span) {
@@ -1081,6 +1123,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                         );
                     }
                 }
+            }
+            if let (Some(_), Some(m)) = (sched.cluster, spans.map) {
+                self.err(m, format!("`{name}` is clustered and mapped"), "a cluster needs the default order of blocks: remove `map`");
             }
             // A placement that failed leaves the kernel that computes `f` unknown.
             let placed = spans.fuse_at.is_none() || sched.fuse_at.is_some();

@@ -5,42 +5,69 @@ use crate::algo::DimId;
 use crate::dtype::DType;
 use crate::kir::*;
 use crate::tensor::{strides, Bound, Tensor};
+use std::sync::{Barrier, Mutex};
 
 /// Runs kernel `k` on bound arguments; returns the output. The kernel IR has no notion of
 /// threads or lanes (layouts over threads are the GPU emitter's), so neither has this run: the
 /// 64-lane wavefronts of HIP are exercised by executing the HIP C itself
-/// (`dt-codegen/tests/hip_cpu_matches_reference.rs`).
+/// (`dt-codegen/tests/hip_cpu_matches_reference.rs`). The programs of a cluster run at once, one
+/// thread each, and meet at each [`Op::ClusterReduce`] as a GPU's cluster does.
 pub fn run(k: &Kernel, args: &Bound, dtype: DType) -> Tensor {
-    let mut out = Tensor::zeros(args.out_shape.clone());
+    let out = Mutex::new(Tensor::zeros(args.out_shape.clone()));
     let programs = k.grid.programs(&args.sizes);
-    for pid in 0..programs {
-        let Some(blocks) = k.grid.unravel(pid, &args.sizes) else { continue };
-        let mut m = Machine {
-            k,
-            args,
-            dtype,
-            out: &mut out,
-            values: vec![Vec::new(); k.values.len()],
-            vars: vec![Vec::new(); k.vars.len()],
-            offsets: Vec::new(),
-            blocks,
-        };
-        m.stmts(&k.body);
+    let ranks = k.grid.cluster.map_or(1, |(_, n)| n as usize);
+    for first in (0..programs).step_by(ranks) {
+        if ranks == 1 {
+            run_program(k, args, dtype, &out, first, None);
+            continue;
+        }
+        let exchange = Exchange { meet: Barrier::new(ranks), partials: Mutex::new(vec![Vec::new(); ranks]) };
+        std::thread::scope(|s| {
+            for rank in 0..ranks {
+                let (out, exchange) = (&out, &exchange);
+                s.spawn(move || run_program(k, args, dtype, out, first + rank, Some((exchange, rank))));
+            }
+        });
     }
-    out
+    out.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run_program(k: &Kernel, args: &Bound, dtype: DType, out: &Mutex<Tensor>, pid: usize, cluster: Option<(&Exchange, usize)>) {
+    let Some(blocks) = k.grid.unravel(pid, &args.sizes) else { return };
+    let mut m = Machine {
+        k,
+        args,
+        dtype,
+        out,
+        values: vec![Vec::new(); k.values.len()],
+        vars: vec![Vec::new(); k.vars.len()],
+        offsets: Vec::new(),
+        blocks,
+        cluster,
+    };
+    m.stmts(&k.body);
+}
+
+/// Where the programs of one cluster meet: each puts its partial in its slot, all wait, each
+/// combines every slot in rank order, all wait again (before the slots are reused).
+struct Exchange {
+    meet: Barrier,
+    partials: Mutex<Vec<Vec<f32>>>,
 }
 
 struct Machine<'a> {
     k: &'a Kernel,
     args: &'a Bound<'a>,
     dtype: DType,
-    out: &'a mut Tensor,
+    out: &'a Mutex<Tensor>,
     values: Vec<Vec<f32>>,
     vars: Vec<Vec<f32>>,
     /// Enclosing loops: dimension and current offset, innermost last.
     offsets: Vec<(DimId, usize)>,
     /// This program's block index along each blocked dimension.
     blocks: Vec<(DimId, usize)>,
+    /// The cluster's meeting place and this program's rank in it, for a clustered kernel.
+    cluster: Option<(&'a Exchange, usize)>,
 }
 
 /// For each element of `to` (row-major), the index of the element of `from` it reads, where
@@ -72,7 +99,16 @@ fn decoders(shape: &Shape) -> Vec<(usize, usize)> {
 
 impl Machine<'_> {
     fn offset(&self, d: DimId) -> usize {
-        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or(0, |(_, o)| *o)
+        match self.offsets.iter().rev().find(|(x, _)| *x == d) {
+            Some((_, o)) => *o,
+            None => self.block_start(d),
+        }
+    }
+
+    /// Where this program's block of `d` starts (0 when `d` is not blocked).
+    fn block_start(&self, d: DimId) -> usize {
+        let b = self.k.grid.block_extent(d).unwrap_or(1) as usize;
+        self.blocks.iter().find(|(x, _)| *x == d).map_or(0, |(_, i)| *i * b)
     }
 
     fn size(&self, d: DimId) -> usize {
@@ -106,9 +142,8 @@ impl Machine<'_> {
                     let size = self.size(l.dim);
                     let (start, end) = match l.kind {
                         LoopKind::Block => {
-                            let b = self.k.grid.block_extent(l.dim).unwrap_or(1) as usize;
-                            let blk = self.blocks.iter().find(|(d, _)| *d == l.dim).map_or(0, |(_, i)| *i);
-                            (blk * b, ((blk + 1) * b).min(size))
+                            let (start, b) = (self.block_start(l.dim), self.k.grid.block_extent(l.dim).unwrap_or(1) as usize);
+                            (start, (start + b).min(size))
                         }
                         LoopKind::Whole | LoopKind::Reduction => (0, size),
                     };
@@ -189,6 +224,14 @@ impl Machine<'_> {
                 let base = broadcast_map(shape, from);
                 base.iter().map(|b| (0..ext).fold(op.identity(), |acc, l| op.combine(acc, val(value)[b + l * step]))).collect()
             }
+            Op::ClusterReduce { op, value, .. } => {
+                let (exchange, rank) = self.cluster.expect("a cluster reduction runs in a clustered kernel");
+                exchange.partials.lock().unwrap_or_else(|e| e.into_inner())[rank] = val(value).clone();
+                exchange.meet.wait();
+                let all = exchange.partials.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                exchange.meet.wait();
+                (0..n).map(|i| all.iter().fold(op.identity(), |acc, p| op.combine(acc, p[i]))).collect()
+            }
             Op::Dot { a, b, dim } => {
                 let sa = &self.k.value(*a).shape;
                 let sb = &self.k.value(*b).shape;
@@ -208,7 +251,8 @@ impl Machine<'_> {
         // The output tile lists the output's dimensions in the kernel's order, which is the
         // output's own axis order.
         let map = broadcast_map(tile, &self.k.value(value).shape);
-        let st = strides(&self.out.shape);
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let st = strides(&out.shape);
         let dims: Vec<(usize, usize, usize, usize, usize)> = tile
             .0
             .iter()
@@ -225,7 +269,7 @@ impl Machine<'_> {
                 }
                 flat += pos * stride;
             }
-            self.out.data[flat] = self.dtype.round(self.values[value.0 as usize][*m]);
+            out.data[flat] = self.dtype.round(self.values[value.0 as usize][*m]);
         }
     }
 }

@@ -4,7 +4,8 @@
 //! by unravelling its id through the [`Grid`], then runs [`Kernel::body`]. Values are tiles: a
 //! [`Shape`] (an ordered list of dimensions with their tile extents), an element type of f32, and
 //! a [`Layout`] for the GPU emitters. A tile over dimension `d` always sits at the offset of the
-//! innermost enclosing [`Loop`] over `d`; lane `l` along `d` is valid when that offset plus `l` is
+//! innermost enclosing [`Loop`] over `d` (with none, at the start of this program's block of `d`
+//! when `d` is blocked, else at 0); lane `l` along `d` is valid when that offset plus `l` is
 //! below the size of `d`. Loads fill invalid lanes with 0, stores skip them, and reductions see
 //! them only after a [`Op::MaskFill`] with the reduction's identity.
 //!
@@ -96,6 +97,14 @@ pub enum Op {
         value: ValueId,
         dim: DimId,
     },
+    /// `value` combined over the programs of this program's cluster (`cluster(dim:N)`): each
+    /// holds its partial over its own block of `dim`, and every program gets the combination of
+    /// all of them, in the order of their blocks.
+    ClusterReduce {
+        op: RedOp,
+        value: ValueId,
+        dim: DimId,
+    },
     /// Contraction of `a` and `b` over `dim`.
     Dot {
         a: ValueId,
@@ -115,6 +124,7 @@ impl Op {
             Op::Select(c, x, y) => Op::Select(f(c), f(x), f(y)),
             Op::MaskFill { value, dim, fill } => Op::MaskFill { value: f(value), dim, fill },
             Op::Reduce { op, value, dim } => Op::Reduce { op, value: f(value), dim },
+            Op::ClusterReduce { op, value, dim } => Op::ClusterReduce { op, value: f(value), dim },
             Op::Dot { a, b, dim } => Op::Dot { a: f(a), b: f(b), dim },
             leaf @ (Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_)) => leaf,
         }
@@ -123,7 +133,9 @@ impl Op {
     /// The values the operation reads.
     pub fn operands(&self) -> Vec<ValueId> {
         match self {
-            Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } => vec![*a],
+            Op::Unary(_, a) | Op::MaskFill { value: a, .. } | Op::Reduce { value: a, .. } | Op::ClusterReduce { value: a, .. } => {
+                vec![*a]
+            }
             Op::Binary(_, a, b) | Op::Dot { a, b, .. } => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Const(_) | Op::Scalar(_) | Op::Index(_) | Op::Len(_) | Op::Load { .. } | Op::Var(_) => vec![],
@@ -200,6 +212,10 @@ pub struct Grid {
     pub blocked: Vec<(DimId, u32)>,
     /// Outermost first; the last entry varies fastest with the program id.
     pub order: Vec<MapEntry>,
+    /// `cluster(d:N)`: the blocks of `d` (the last entry of `order`) always number `N`, and each
+    /// run of `N` consecutive programs is one cluster. Programs whose block of `d` starts past
+    /// the end still run (with every lane masked), since the cluster's reductions need them.
+    pub cluster: Option<(DimId, u32)>,
     /// The schedule primitives behind the grid.
     pub origin: String,
 }
@@ -215,6 +231,7 @@ impl Grid {
         self.order
             .iter()
             .map(|e| match e {
+                MapEntry::Whole(d) if self.cluster.is_some_and(|(c, _)| c == *d) => self.cluster.map_or(1, |(_, n)| n as usize),
                 MapEntry::Whole(d) => nblocks(*d),
                 MapEntry::Outer { dim, factor } => nblocks(*dim).div_ceil(*factor as usize),
                 MapEntry::Inner { factor, .. } => *factor as usize,
@@ -250,6 +267,9 @@ impl Grid {
             }
         }
         for (d, b) in &out {
+            if self.cluster.is_some_and(|(c, _)| c == *d) {
+                continue;
+            }
             if *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
                 return None;
             }
@@ -365,6 +385,9 @@ pub fn print(k: &Kernel) -> String {
         })
         .collect();
     let _ = writeln!(out, "  grid   [{}]{}", order.join(", "), comment(&k.grid.origin));
+    if let Some((d, n)) = k.grid.cluster {
+        let _ = writeln!(out, "  cluster {n} programs along {}{}", k.dim_name(d), comment(&format!("cluster({}:{n})", k.dim_name(d))));
+    }
     let _ = writeln!(out, "  block  {} threads{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));
     if let Some(n) = k.max_registers {
         let _ = writeln!(out, "  regs   at most {n} per thread{}", comment(&format!("max_registers({n})")));
@@ -411,6 +434,7 @@ fn op_text(k: &Kernel, op: &Op) -> String {
         Op::Select(c, x, y) => format!("select {}, {}, {}", v(c), v(x), v(y)),
         Op::MaskFill { value, dim, fill } => format!("mask {} along {} else {fill}", v(value), k.dim_name(*dim)),
         Op::Reduce { op, value, dim } => format!("{} {} over {}", op.name(), v(value), k.dim_name(*dim)),
+        Op::ClusterReduce { op, value, dim } => format!("{} {} over the cluster along {}", op.name(), v(value), k.dim_name(*dim)),
         Op::Dot { a, b, dim } => format!("dot {}, {} over {}", v(a), v(b), k.dim_name(*dim)),
         Op::Var(var) => format!("read $acc{}", var.0),
     }

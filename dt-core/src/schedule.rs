@@ -24,6 +24,9 @@ pub struct Schedule {
     /// `tensorize(y:64, k:32)`: tile extents; 0 means the whole extent within the block.
     pub tensorize: Vec<(DimId, u32)>,
     pub map: Option<Vec<MapEntry>>,
+    /// `cluster(y:8)`: the blocks of `y` go to programs of one thread-block cluster, this many
+    /// of them, which combine their reductions over `y` (CUDA, sm_90 and later).
+    pub cluster: Option<(DimId, u32)>,
     /// `fuse_at(c, d)`: computed inside consumer `c` at its loop over `d`.
     pub fuse_at: Option<(FuncId, DimId)>,
     pub num_warps: u32,
@@ -46,6 +49,7 @@ impl Default for Schedule {
             block: Vec::new(),
             tensorize: Vec::new(),
             map: None,
+            cluster: None,
             fuse_at: None,
             num_warps: 4,
             num_stages: 1,

@@ -315,6 +315,59 @@ DT_FN float dt_fast_tanh(float a) {
 DT_FN long long dt_min_ll(long long a, long long b) { return a < b ? a : b; }
 DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
 
+#if !defined(__HIPCC__)
+/* Thread-block clusters (sm_90 and newer; dtc emits them for CUDA only, and on an older GPU,
+ * and in nvcc's host pass, the bodies trap instead: the library runs clustered kernels on sm_90
+ * and newer only).
+ * DT_CLUSTER(n): the attribute grouping runs of n consecutive programs into one cluster.
+ * dt_cluster_sync: a barrier of every thread of the cluster, which also makes the shared-memory
+ * writes before it visible to the cluster's reads after it.
+ * dt_cluster_arrive / dt_cluster_wait: the same barrier in two halves, for a program to say it
+ * is done reading the others' shared memory (arrive) and to wait, later, until all are (wait).
+ * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
+ * cluster's shared memory. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define DT_CLUSTER(n) __cluster_dims__(n, 1, 1)
+#else
+#define DT_CLUSTER(n)
+#endif
+DT_FN void dt_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN float dt_cluster_load(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+#else
+    (void)p;
+    (void)rank;
+    __trap();
+    return 0.0f;
+#endif
+}
+#endif
+
 typedef struct dt_args {
     unsigned long long inputs[8];
     long long input_strides[8][8];

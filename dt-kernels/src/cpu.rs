@@ -8,13 +8,13 @@
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::host::HostTensor;
-use crate::plan::{plan, OpDesc};
+use crate::plan::{plan, Device, OpDesc};
 use crate::{attention as att, dyt as dy, layernorm as ln, matmul as mm, mm_leaky_relu as mml, softmax as sm};
 
 /// Runs `op` on host tensors.
 pub(crate) fn run<T: Element>(op: &OpDesc, inputs: &[&HostTensor<T>], scalars: &[f32]) -> Result<HostTensor<T>> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let plan = plan(op, T::DTYPE, &shapes, scalars, Device::PLAIN)?;
     // NaN, so that an element the kernel fails to write shows.
     let mut out = vec![T::from_f32(f32::NAN); plan.out_elements];
     if plan.programs > 0 {

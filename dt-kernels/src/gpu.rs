@@ -8,7 +8,7 @@
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::layout::{self, contiguous_strides};
-use crate::plan::{plan, OpDesc, Plan};
+use crate::plan::{plan, Device, OpDesc, Plan};
 use crate::registry::{LaunchRow, SpecData, NVCC_ARCHS, SPECS};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use std::collections::HashMap;
@@ -34,6 +34,8 @@ struct Loaded {
 struct Shared {
     ctx: Arc<CudaContext>,
     nvrtc_only: bool,
+    /// Whether the GPU has thread-block clusters (sm_90 and newer).
+    clusters: bool,
     modules: Vec<OnceLock<std::result::Result<Loaded, String>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
@@ -51,6 +53,7 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     let s = Arc::new(Shared {
         ctx: ctx.clone(),
         nvrtc_only,
+        clusters: ctx.compute_capability().is_ok_and(|(major, _)| major >= 9),
         modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
         functions: Mutex::new(HashMap::new()),
     });
@@ -144,6 +147,11 @@ impl Gpu {
     /// Waits until everything enqueued on the stream has run; reports a failed kernel.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(Error::driver("waiting for the stream"))
+    }
+
+    /// What the GPU offers that the kernels may use.
+    pub(crate) fn device(&self) -> Device {
+        Device { clusters: self.shared.clusters }
     }
 
     /// Whether the fatbin was built (nvcc found at build time), and for which architectures.
@@ -378,7 +386,7 @@ impl<T: Element> DeviceTensor<T> {
 /// (nothing when the output is empty).
 pub(crate) fn run<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<DeviceTensor<T>> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let plan = plan(op, T::DTYPE, &shapes, scalars, gpu.device())?;
     // SAFETY: the kernel writes every element of the output before anything reads it; an
     // empty output is never read.
     let buf = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }
@@ -399,7 +407,7 @@ pub(crate) fn run_into<T: Element>(
     out: &mut DeviceTensor<T>,
 ) -> Result<()> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let mut plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let mut plan = plan(op, T::DTYPE, &shapes, scalars, gpu.device())?;
     if out.shape != plan.out_shape {
         return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape.clone() });
     }

@@ -45,15 +45,39 @@ pub(crate) struct Plan {
     pub programs: usize,
 }
 
+/// What the device a plan is for offers beyond what every backend has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Device {
+    /// Thread-block clusters (CUDA, sm_90 and newer): clustered kernels (`cluster(y:N)`) can run.
+    pub clusters: bool,
+}
+
+impl Device {
+    /// The CPU, HIP, and CUDA GPUs before sm_90.
+    pub const PLAIN: Device = Device { clusters: false };
+}
+
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
-/// `scalars` (in `op.scalars` order) to `op`'s kernel instantiated for `dtype`.
-pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+/// `scalars` (in `op.scalars` order) to `op`'s kernel instantiated for `dtype`, among those that
+/// `device` can run.
+pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32], device: Device) -> Result<Plan> {
     let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
     // The size-class variants of the op's kernel, in the spec's order: the first whose bounds
-    // admit the sizes runs.
-    let variants: Vec<&'static Kernel> = spec.kernels()?.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel)).collect();
+    // admit the sizes runs. A class built for other element types, or clustered where there are
+    // no clusters, is passed over (a later class serves its sizes too); only the last class's
+    // error is reported.
+    let variants: Vec<&'static Kernel> = spec
+        .kernels()?
+        .iter()
+        .filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel))
+        .filter(|k| device.clusters || k.grid.cluster.is_none())
+        .collect();
     let mut result = Err(Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)));
-    for kernel in variants {
+    for (i, kernel) in variants.iter().enumerate() {
+        let last = i + 1 == variants.len();
+        if !last && !kernel.dtypes.contains(&dtype) {
+            continue;
+        }
         result = plan_kernel(op, kernel, dtype, shapes, scalars);
         if !matches!(result, Err(Error::BoundExceeded { .. })) {
             break;
@@ -108,7 +132,7 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built });
     }
     let symbol = format!("dt_{}_{}", kernel.name, dtype.name());
-    if spec.launch_row(&symbol).is_none() || spec.cpu_fn(&symbol).is_none() {
+    if spec.launch_row(&symbol).is_none() || (kernel.grid.cluster.is_none() && spec.cpu_fn(&symbol).is_none()) {
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built: "none".into() });
     }
     if kernel.inputs.len() > MAX_INPUTS || kernel.scalars.len() > MAX_SCALARS || kernel.dims.len() > MAX_DIMS {

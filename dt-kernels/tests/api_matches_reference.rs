@@ -248,6 +248,36 @@ api_tests!(hip_f16, f16, Backend::Hip);
 #[cfg(feature = "hip")]
 api_tests!(hip_bf16, bf16, Backend::Hip);
 
+/// Rows longer than the property tests reach, for the classes of the longest rows (on a GPU
+/// with thread-block clusters, the clustered ones: a row split over the 8 programs of a
+/// cluster; elsewhere the looped ones). Rows that fill every program, that leave the last
+/// programs of a cluster nothing, that end inside a program, and a row padded by one element
+/// (so that no row is 16-byte aligned), and a transposed input; each in every element type, with
+/// small and large spreads, on the CPU and on the GPU.
+#[test]
+fn long_rows_match_reference() {
+    fn long_rows<T: Element>(backend: Backend) -> Result<(), TestCaseError> {
+        let dtype = dtype_of::<T>();
+        let (flat, padded, transposed) =
+            (Placement::row_major(2), Placement { order: vec![0, 1], pad: 1 }, Placement { order: vec![1, 0], pad: 0 });
+        let shapes = [(3, 40000, &padded), (2, 65536, &flat), (5, 65537, &padded), (2, 262144, &flat), (3, 30000, &transposed)];
+        let vector = Placement::row_major(1);
+        for (seed, (r, c, p)) in shapes.into_iter().enumerate() {
+            let (seed, std) = (seed as u64, if seed % 2 == 0 { 1.0 } else { 8.0 });
+            check::<T>(backend, &common::softmax(r, c, dtype, std, seed), &[p.clone()])?;
+            check::<T>(backend, &common::layernorm(r, c, dtype, std, 2.0, seed), &[p.clone(), vector.clone(), vector.clone()])?;
+        }
+        Ok(())
+    }
+    for backend in [Backend::Cpu, Backend::Gpu] {
+        if available(backend, "long_rows_match_reference") {
+            long_rows::<f32>(backend).unwrap();
+            long_rows::<f16>(backend).unwrap();
+            long_rows::<bf16>(backend).unwrap();
+        }
+    }
+}
+
 /// The kernels of a spec compiled by NVRTC at run time (the path of a build without nvcc)
 /// compute what the fatbin's do.
 #[test]

@@ -130,6 +130,33 @@ fn test_specs_compile_for_sm80_and_gfx90a() {
     }
 }
 
+/// The clustered test specs (`dt-codegen/tests/cluster/`): their CUDA C compiles for sm_90a,
+/// where it uses thread-block clusters, and for sm_80, where those bodies trap (the library runs
+/// clustered kernels on sm_90 and newer only), warnings as errors. They have no CPU or HIP C.
+#[test]
+fn cluster_specs_compile_for_sm80_and_sm90a() {
+    let Some(nvcc) = require("nvcc", nvcc()) else { return };
+    let dir = out_dir("cluster_specs");
+    let specs = workspace().join("dt-codegen/tests/cluster");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&specs).expect("cluster specs").flatten().map(|e| e.path()).collect();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "dt"));
+    assert!(!paths.is_empty(), "no specs under {}", specs.display());
+    for path in paths {
+        let name = path.file_stem().expect("stem").to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(&path).expect("spec");
+        let outputs = dt_codegen::generate::generate(&name, &format!("dt-codegen/tests/cluster/{name}.dt"), &src)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(outputs.cuda.contains("DT_CLUSTER(") && outputs.cpu_symbols.is_empty(), "{name}: every kernel is clustered");
+        let cu = dir.join(format!("{name}.cu"));
+        std::fs::write(&cu, &outputs.cuda).expect("write");
+        for arch in cuda::DEFAULT_COMPUTE_CAPS {
+            let cubin = dir.join(format!("{name}.{arch}.cubin"));
+            let flags = ["-Werror", "all-warnings", "-Xptxas", "-Werror"];
+            cuda::compile_cubin(&nvcc, &cu, &cubin, arch, &flags).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
 #[test]
 fn generated_c_compiles_warning_free_with_gcc_and_clang() {
     let dir = out_dir("c");

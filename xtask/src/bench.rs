@@ -265,7 +265,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             let c = &compiled[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args)?;
+            let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.clusters())?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
@@ -473,14 +473,17 @@ fn to_json(rows: &[Row]) -> String {
 }
 
 /// The size-class variant of the job's kernel that the library runs: the first, in the spec's
-/// order, whose bounds admit the sizes of `args`.
+/// order, built for the job's element type, whose bounds admit the sizes of `args` (among the
+/// unclustered ones where there are no thread-block `clusters`).
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
     job: &Job,
     args: &'b Args,
+    clusters: bool,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
-    for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())) {
+    let runnable = |k: &&Kernel| (clusters || k.grid.cluster.is_none()) && k.dtypes.contains(&job.dtype);
+    for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())).filter(runnable) {
         let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
         let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;
         if dt_codegen::host::check_bounds(kernel, &bound).is_ok() {
@@ -524,7 +527,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             }
             let (program, kernels, lib) = &libs[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(program, kernels, job, &args)?;
+            let (kernel, bound) = choose_variant(program, kernels, job, &args, false)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let mut times = Vec::new();

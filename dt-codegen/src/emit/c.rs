@@ -43,6 +43,7 @@ fn c_type(d: DType) -> &'static str {
 /// One kernel for one element type, as a C function named `symbol`.
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, EmitError> {
     check_abi(k)?;
+    super::check_no_cluster(k, "the CPU")?;
     let mut e = Emitter { k, dtype, out: String::new(), depth: 1, offsets: Vec::new(), next: 0, slots: Vec::new(), var_slots: Vec::new() };
     let mut arena = 0usize;
     for v in &k.values {
@@ -107,7 +108,7 @@ impl Emitter<'_> {
     }
 
     fn offset(&self, d: DimId) -> String {
-        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or("0".into(), |(_, v)| v.clone())
+        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or_else(|| super::start_offset(self.k, d), |(_, v)| v.clone())
     }
 
     fn val(&self, v: ValueId) -> String {
@@ -209,6 +210,7 @@ impl Emitter<'_> {
         let dst = self.val(id);
         let shape_of = |v: &ValueId| self.k.value(*v).shape.clone();
         match op {
+            Op::ClusterReduce { .. } => return super::check_no_cluster(self.k, "the CPU"),
             Op::Const(c) => {
                 let c = float_lit(*c);
                 self.for_lanes(&shape, |e, l| e.line(&format!("{dst}[{}] = {c};", l.index(&shape))));

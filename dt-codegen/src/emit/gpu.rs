@@ -111,6 +111,9 @@ struct Publishing {
 
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> Result<(String, LaunchInfo), EmitError> {
     check_abi(k)?;
+    if dialect == Dialect::Hip {
+        super::check_no_cluster(k, "HIP")?;
+    }
     let threads = dialect.warps(k.num_warps) * dialect.warp_size();
     let vector = VECTOR_BYTES / dtype.size_bytes();
     let mapping = Mapping { threads: threads as usize, vector };
@@ -146,6 +149,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         plan,
         partials: Partials::default(),
         prefetched: Vec::new(),
+        cluster_arrived: false,
     };
     let t = c_type(dtype);
     let _ = writeln!(
@@ -160,7 +164,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         (Dialect::Cuda, Some(n)) => format!("{threads}, {}", (REGISTERS_PER_SM / (n * threads)).max(1)),
         _ => threads.to_string(),
     };
-    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({bounds}) {symbol}(const dt_args args) {{");
+    let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
+    let _ = writeln!(e.out, "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(const dt_args args) {{");
     e.line("extern __shared__ float dt_smem[];");
     e.line("(void)dt_smem;");
     e.line("const int tid = (int)threadIdx.x;");
@@ -176,6 +181,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         e.line(&l);
     }
     e.stmts(&k.body)?;
+    e.settle_cluster();
     e.out += "}\n";
     Ok((e.out, LaunchInfo { symbol: symbol.to_string(), threads, shared_bytes }))
 }
@@ -369,6 +375,9 @@ struct Emitter<'a> {
     partials: Partials,
     /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
     prefetched: Vec<(ValueId, String, String)>,
+    /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
+    /// [`Emitter::cluster_reduce`]).
+    cluster_arrived: bool,
 }
 
 /// A load that [`Emitter::pipelined_rows`] issues ahead, with the offsets of the single-step
@@ -415,7 +424,7 @@ impl Emitter<'_> {
     }
 
     fn offset(&self, d: DimId) -> String {
-        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or("0".into(), |(_, v)| v.clone())
+        self.offsets.iter().rev().find(|(x, _)| *x == d).map_or_else(|| super::start_offset(self.k, d), |(_, v)| v.clone())
     }
 
     fn valid(&self, d: DimId, lane: &str) -> String {
@@ -664,6 +673,60 @@ impl Emitter<'_> {
         });
     }
 
+    /// [`Op::ClusterReduce`]: each program writes its partial to a shared-memory buffer; after a
+    /// cluster barrier every program reads the buffers of all of them through distributed shared
+    /// memory and combines them in one order, so that all get the same result. A one-element
+    /// partial is read by the first lanes of every warp, one program each, and combined by
+    /// shuffles; a larger one by each thread for its elements, program after program. Each
+    /// program then arrives at a second barrier, which it waits on only before it writes a
+    /// buffer again or exits ([`Self::settle_cluster`]): no program overwrites a buffer, or
+    /// leaves, before every program has read it, and none waits for that in between.
+    fn cluster_reduce(&mut self, op: dt_core::algo::RedOp, value: ValueId, dim: DimId, id: ValueId) {
+        let shape = self.k.value(id).shape.clone();
+        let (dst, src, buf) = (format!("v{}", id.0), format!("v{}", value.0), self.fresh("cl"));
+        let ranks = self.k.grid.cluster.map_or(1, |(_, n)| n);
+        let ident = float_lit(op.identity());
+        self.declare(&dst, &shape);
+        self.line(&format!("/* {} over the {ranks} programs of the cluster along {} */", op.name(), self.k.dim_name(dim)));
+        self.line(&format!("__shared__ float {buf}[{}];", shape.elements()));
+        self.settle_cluster();
+        let replicated = self.layout(value) == RegLayout::Replicated && self.layout(id) == RegLayout::Replicated;
+        match self.layout(value) {
+            RegLayout::Replicated => self.line(&format!("if (tid == 0) {buf}[0] = {src}[0];")),
+            layout => self.for_owned(&shape, layout, |e, _| e.line(&format!("{buf}[e] = {src}[r];"))),
+        }
+        self.line("dt_cluster_sync();");
+        if replicated {
+            self.line("{");
+            self.line(&format!("    float p = (tid % 32) < {ranks} ? dt_cluster_load(&{buf}[0], (unsigned)(tid % 32)) : {ident};"));
+            self.line(&format!("    for (int m = 16; m > 0; m >>= 1) p = {};", combine(op, "p", "dt_shfl_xor(p, m, 32)")));
+            self.line(&format!("    {dst}[0] = p;"));
+            self.line("}");
+        } else {
+            self.for_owned(&shape, self.layout(id), |e, _| {
+                let acc = e.fresh("a");
+                e.line(&format!("float {acc} = {ident};"));
+                e.line(&format!(
+                    "for (unsigned q = 0; q < {ranks}u; q++) {acc} = {};",
+                    combine(op, &acc, &format!("dt_cluster_load(&{buf}[e], q)"))
+                ));
+                e.line(&format!("{dst}[r] = {acc};"));
+            });
+        }
+        self.line("dt_cluster_arrive();");
+        self.cluster_arrived = true;
+    }
+
+    /// Waits on the cluster barrier arrived at after the last cluster reduction, if any: before
+    /// a buffer of the cluster's is written again (the next reduction), before a loop and at the
+    /// end of a loop's body (so that an arrival and its wait are in one iteration of one loop),
+    /// and before the program exits.
+    fn settle_cluster(&mut self) {
+        if std::mem::take(&mut self.cluster_arrived) {
+            self.line("dt_cluster_wait();");
+        }
+    }
+
     /// The run length for 16-byte accesses to a tensor indexed along `axes` by a tile of
     /// `shape`, if runs apply: the tile is dealt in runs (see [`Mapping`]) and a run lies along the
     /// tensor's last axis, within one row of the tile.
@@ -891,6 +954,7 @@ impl Emitter<'_> {
         self.line("}");
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
+        self.settle_cluster();
         self.prefetched.clear();
         self.offsets.pop();
         self.depth -= 1;
@@ -979,6 +1043,9 @@ impl Emitter<'_> {
                 });
             }
             Stmt::Loop(l) => {
+                // No loop body waits on an arrival from before the loop (it would wait once per
+                // iteration).
+                self.settle_cluster();
                 if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
                     return self.pipelined_loop(l, id, &d);
                 }
@@ -994,6 +1061,7 @@ impl Emitter<'_> {
                 self.depth += 1;
                 self.offsets.push((l.dim, o));
                 self.stmts(&l.body)?;
+                self.settle_cluster();
                 self.offsets.pop();
                 self.depth -= 1;
                 self.line("}");
@@ -1198,6 +1266,7 @@ impl Emitter<'_> {
                     self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {res}[e];")));
                 }
             }
+            Op::ClusterReduce { op, value, dim } => self.cluster_reduce(*op, *value, *dim, id),
             Op::Dot { .. } if self.plan.dot(id).is_some() => {
                 let d = self.plan.dot(id).expect("planned").clone();
                 self.mma_dot(id, &d);

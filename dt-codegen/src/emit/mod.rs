@@ -44,6 +44,19 @@ pub fn check_abi(k: &Kernel) -> Result<(), EmitError> {
     Ok(())
 }
 
+/// Refuses a clustered kernel (`cluster(d:N)`) for a target without thread-block clusters:
+/// only CUDA GPUs of sm_90 and newer have them.
+pub fn check_no_cluster(k: &Kernel, target: &str) -> Result<(), EmitError> {
+    match k.grid.cluster {
+        Some((d, n)) => Err(EmitError(format!(
+            "kernel `{}` is clustered (`cluster({}:{n})`), and {target} has no thread-block clusters (CUDA sm_90 and newer have)",
+            k.name,
+            k.dim_name(d)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked
 /// dimension, skipping programs past the end of a short group (`skip` is `continue;` inside the
 /// CPU's program loop, `return;` in a GPU kernel). Shared by every C-family emitter.
@@ -55,11 +68,13 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
     let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
+    let clustered = |d: &dt_core::algo::DimId| k.grid.cluster.is_some_and(|(c, _)| c == *d);
     let counts: Vec<String> = k
         .grid
         .order
         .iter()
         .map(|m| match m {
+            MapEntry::Whole(d) if clustered(d) => k.grid.cluster.map_or(1, |(_, n)| n).to_string(),
             MapEntry::Whole(d) => nblocks(*d),
             MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => factor.to_string(),
@@ -82,6 +97,10 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
         }
         let slot = k.dim_slot(*d);
         out.push(format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
+        if clustered(d) {
+            // Every program of a cluster takes part in its reductions, past the end or not.
+            continue;
+        }
         out.push(format!("if (b{slot} >= {}) {skip} /* past the end of a short group */", nblocks(*d)));
     }
     out
@@ -96,6 +115,7 @@ pub fn program_count(k: &Kernel) -> String {
         .order
         .iter()
         .map(|m| match m {
+            MapEntry::Whole(d) if k.grid.cluster.is_some_and(|(c, _)| c == *d) => format!("({})", k.grid.cluster.map_or(1, |(_, n)| n)),
             MapEntry::Whole(d) => format!("({})", nblocks(*d)),
             MapEntry::Outer { dim, factor } => format!("(dt_cdiv({}, {factor}))", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => format!("({factor})"),
@@ -138,6 +158,15 @@ impl Lanes {
 
     pub fn lane(&self, d: dt_core::algo::DimId) -> &str {
         self.0.iter().find(|(x, _)| *x == d).map_or("0", |(_, l)| l.as_str())
+    }
+}
+
+/// Where a tile over `d` sits when no loop over `d` encloses it: the start of this program's
+/// block of `d` where `d` is blocked, else 0 (see [`dt_core::kir`]).
+pub(crate) fn start_offset(k: &Kernel, d: dt_core::algo::DimId) -> String {
+    match k.grid.block_extent(d) {
+        Some(b) => format!("(b{} * {b})", k.dim_slot(d)),
+        None => "0".into(),
     }
 }
 

@@ -36,5 +36,5 @@ pub fn build_grid(p: &Program, k: FuncId) -> Grid {
             .collect();
         origin += &format!(" map({})", entries.join(", "));
     }
-    Grid { blocked, order, origin }
+    Grid { blocked, order, cluster: s.cluster, origin }
 }

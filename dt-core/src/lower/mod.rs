@@ -109,6 +109,11 @@ pub fn lower_all(p: &Program) -> Result<Vec<Kernel>, LowerError> {
 /// Bounds from the kernel's schedule and those of the Funcs fused into it.
 fn bounds(p: &Program, k: FuncId) -> Vec<(crate::algo::DimId, u64)> {
     let mut out: Vec<(crate::algo::DimId, u64)> = Vec::new();
+    // A cluster holds a whole row: its N blocks of the clustered dimension.
+    let kf = p.func(k);
+    if let Some((d, n)) = kf.schedule.cluster {
+        out.push((d, n as u64 * kf.schedule.block_extent(d).unwrap_or(1) as u64));
+    }
     for f in std::iter::once(k).chain(p.producers(k)) {
         for (d, n) in &p.func(f).schedule.bounds {
             match out.iter_mut().find(|(x, _)| x == d) {

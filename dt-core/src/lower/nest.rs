@@ -7,6 +7,8 @@
 //! are computed right after the loop over `d` opens, into an accumulator that later reads use.
 //! Other Funcs are inlined. A reduction becomes an accumulator set to the identity and a loop over
 //! chunks of the reduced dimension that masks invalid lanes with the identity before combining.
+//! Over a clustered dimension (`cluster(y:N)`) that loop covers this program's block, and the
+//! partial is then combined over the cluster ([`Op::ClusterReduce`]).
 
 use super::LowerError;
 use crate::algo::{DimId, Expr, FuncId, Program, RedOp};
@@ -242,6 +244,7 @@ impl Builder<'_> {
                 let var = self.var(result);
                 self.emit(Stmt::Init { var, value: op.identity(), origin: format!("{} identity", op.name()) });
                 let (step, origin) = self.tile_extent(f, *dim)?;
+                let kind = self.reduction_kind(*dim);
                 self.open_loop(*dim, step);
                 let v = self.expr(body, f)?;
                 let masked = self.value(self.shape(v), Op::MaskFill { value: v, dim: *dim, fill: op.identity() });
@@ -250,15 +253,17 @@ impl Builder<'_> {
                 let r = self.value(rshape, Op::Reduce { op: *op, value: masked, dim: *dim });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(*op), value: r });
                 let stages = self.chunk_stages();
-                self.close_loop(*dim, LoopKind::Reduction, step, stages, format!("{} {origin}", op.name()));
+                self.close_loop(*dim, kind, step, stages, format!("{} {origin}", op.name()));
                 let shape = self.kernel.var(var).clone();
-                self.value(shape, Op::Var(var))
+                let partial = self.value(shape.clone(), Op::Var(var));
+                self.across_cluster(*op, partial, *dim)
             }
             Expr::Dot { dim, a, b } => {
                 let result = self.shape_of(e.free_dims());
                 let var = self.var(result);
                 self.emit(Stmt::Init { var, value: 0.0, origin: "rdot accumulator".into() });
                 let (step, origin) = self.tile_extent(f, *dim)?;
+                let kind = self.reduction_kind(*dim);
                 self.open_loop(*dim, step);
                 let va = self.dot_operand(a, f, *dim)?;
                 let vb = self.dot_operand(b, f, *dim)?;
@@ -267,11 +272,32 @@ impl Builder<'_> {
                 let r = self.value(dshape, Op::Dot { a: va, b: vb, dim: *dim });
                 self.emit(Stmt::Update { var, combine: Combine::Reduce(RedOp::Sum), value: r });
                 let stages = self.chunk_stages();
-                self.close_loop(*dim, LoopKind::Reduction, step, stages, format!("rdot {origin}"));
+                self.close_loop(*dim, kind, step, stages, format!("rdot {origin}"));
                 let shape = self.kernel.var(var).clone();
-                self.value(shape, Op::Var(var))
+                let partial = self.value(shape, Op::Var(var));
+                self.across_cluster(RedOp::Sum, partial, *dim)
             }
         })
+    }
+
+    /// The loop kind of a reduction over `d`: over the whole dimension, or, where `d` is the
+    /// kernel's clustered dimension, over this program's block of it (the cluster combines the
+    /// blocks' partials, see [`Self::across_cluster`]).
+    fn reduction_kind(&self, d: DimId) -> LoopKind {
+        if self.kernel.grid.cluster.is_some_and(|(c, _)| c == d) {
+            LoopKind::Block
+        } else {
+            LoopKind::Reduction
+        }
+    }
+
+    /// The reduction `partial` over `d` made whole: where `d` is clustered, combined over the
+    /// programs of the cluster; elsewhere it is whole already.
+    fn across_cluster(&mut self, op: RedOp, partial: ValueId, d: DimId) -> ValueId {
+        if self.reduction_kind(d) != LoopKind::Block {
+            return partial;
+        }
+        self.value(self.shape(partial), Op::ClusterReduce { op, value: partial, dim: d })
     }
 
     /// An operand of a contraction, with lanes past the end of the contracted dimension set to 0

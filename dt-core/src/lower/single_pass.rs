@@ -5,6 +5,10 @@
 //! loop puts its body in the enclosing statement list, next to the other loops over the same
 //! dimension that ran once, so that [`super::cse`] can merge their identical loads: a row that
 //! fits in one tile is then read from memory once, not once per reduction over it.
+//!
+//! So does a loop over the clustered dimension's block (`cluster(y:N)`) whose tile covers the
+//! block: the reductions and the output of a program's block of a row then share its loads. Its
+//! tiles sit at the block's start, as every tile over a blocked dimension without a loop does.
 
 use crate::kir::{Kernel, LoopKind, Stmt};
 
@@ -21,6 +25,9 @@ fn inline(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                 l.body = inline(k, l.body);
                 let bound = k.bounds.iter().find(|(d, _)| *d == l.dim).map(|(_, n)| *n);
                 let once = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && bound.is_some_and(|n| l.step as u64 >= n);
+                let clustered = k.grid.cluster.is_some_and(|(d, _)| d == l.dim);
+                let block_once = l.kind == LoopKind::Block && clustered && k.grid.block_extent(l.dim).is_some_and(|b| l.step >= b);
+                let once = once || block_once;
                 if once {
                     out.extend(l.body);
                 } else {

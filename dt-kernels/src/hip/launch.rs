@@ -6,7 +6,7 @@ use super::{Hip, HipTensor};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::plan::{plan, OpDesc, Plan};
+use crate::plan::{plan, Device, OpDesc, Plan};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// output is empty).
 pub(super) fn run<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], scalars: &[f32]) -> Result<HipTensor<T>> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let plan = plan(op, T::DTYPE, &shapes, scalars, Device::PLAIN)?;
     let out_shape = plan.out_shape.clone();
     let mut out = HipTensor::new_uninit(hip, plan.out_shape.clone(), || format!("{}: the output {out_shape:?}", op.op))?;
     launch(hip, op, inputs, plan, &mut out)?;
@@ -31,7 +31,7 @@ pub(super) fn run_into<T: Element>(
     out: &mut HipTensor<T>,
 ) -> Result<()> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let mut plan = plan(op, T::DTYPE, &shapes, scalars)?;
+    let mut plan = plan(op, T::DTYPE, &shapes, scalars, Device::PLAIN)?;
     if out.shape() != plan.out_shape {
         return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape().to_vec() });
     }

@@ -216,13 +216,8 @@ pub fn softmax(rows: usize, cols: usize, dtype: DType, std: f32, seed: u64) -> C
     let x = normal(&mut Rng(seed), rows * cols, 0.0, std, dtype);
     let want = reference::softmax(&x, rows, cols);
     // exp(x - max) errs relatively by about EPS * |x - max|; the row sum by EPS * cols.
-    let scale: Vec<f64> = (0..rows * cols)
-        .map(|i| {
-            let row = &x[i / cols * cols..(i / cols + 1) * cols];
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            want[i] as f64 * (1.0 + (max - x[i]) as f64)
-        })
-        .collect();
+    let maxes: Vec<f32> = x.chunks(cols.max(1)).map(|row| row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))).collect();
+    let scale: Vec<f64> = (0..rows * cols).map(|i| want[i] as f64 * (1.0 + (maxes[i / cols] - x[i]) as f64)).collect();
     let inputs = vec![Input { name: "A", shape: vec![rows, cols], values: x }];
     Case { op: "softmax", dtype, inputs, scalars: vec![], out_shape: vec![rows, cols], want, scale, c: c_f32(cols) }
 }
@@ -245,14 +240,19 @@ pub fn layernorm(rows: usize, cols: usize, dtype: DType, std: f32, offset: f32, 
     // x - mean errs by about EPS * (|x| + mean |x|), which 1 / std magnifies; the rest of the
     // error is relative to the normalized value.
     let norm = reference::layernorm(&x, &abs(&w), &vec![0.0; cols], rows, cols, eps);
-    let scale: Vec<f64> = (0..rows * cols)
-        .map(|i| {
-            let (r, c) = (i / cols, i % cols);
-            let row = &x[r * cols..(r + 1) * cols];
+    // Per row: 1 / std and the mean of |x|.
+    let stats: Vec<(f64, f64)> = x
+        .chunks(cols.max(1))
+        .map(|row| {
             let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
             let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / cols as f64;
             let mean_abs = row.iter().map(|&v| (v as f64).abs()).sum::<f64>() / cols as f64;
-            let inv_std = 1.0 / (var + eps as f64).sqrt();
+            (1.0 / (var + eps as f64).sqrt(), mean_abs)
+        })
+        .collect();
+    let scale: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            let (c, (inv_std, mean_abs)) = (i % cols, stats[i / cols]);
             (norm[i] as f64).abs() + (w[c] as f64).abs() * inv_std * ((x[i] as f64).abs() + mean_abs) + (b[c] as f64).abs()
         })
         .collect();

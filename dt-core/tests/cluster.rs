@@ -1,0 +1,103 @@
+//! `cluster(y:N)`: a row split over the programs of a cluster. The lowering reduces each
+//! program's block and combines the partials over the cluster; the interpreter runs a cluster's
+//! programs at once and meets them there. Clustered kernels compute what their algorithm says,
+//! for rows that fill the cluster, leave its last programs nothing, or end inside a program.
+
+use dt_core::kir::{Kernel, Op, Stmt};
+use dt_core::tensor::{bind, Args, Tensor};
+use dt_core::DType;
+
+const SOFTMAX: &str = "Func m, s, out; In A; Var x; RVar y;
+    m[x] = rmax(A[x, y], y);
+    s[x] = rsum(exp(A[x, y] - m[x]), y);
+    out[x, y] = exp(A[x, y] - m[x]) / reshape(s[x], x, 1);
+    out.block(x:2, y:16); out.tensorize(x:1, y:TILE); out.cluster(y:4);
+    m.fuse_at(out, x); s.fuse_at(out, x);
+    out.compile();";
+
+const LAYERNORM: &str = "Func mean, var, out; In X, W; Var x; RVar y;
+    mean[x] = rsum(X[x, y], y) / len(y);
+    var[x] = rsum((X[x, y] - mean[x]) * (X[x, y] - mean[x]), y) / len(y);
+    out[x, y] = (X[x, y] - mean[x]) * rsqrt(var[x] + 0.00001) * W[y];
+    out.block(x:2, y:16); out.tensorize(x:1, y:TILE); out.cluster(y:4);
+    mean.fuse_at(out, x); var.fuse_at(out, x);
+    out.compile();";
+
+fn lowered(src: &str) -> (dt_core::algo::Program, Kernel) {
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    (p, k)
+}
+
+/// Every operation of the program, loops included.
+fn ops(stmts: &[Stmt]) -> Vec<Op> {
+    stmts
+        .iter()
+        .flat_map(|s| match s {
+            Stmt::Let { op, .. } => vec![op.clone()],
+            Stmt::Loop(l) => ops(&l.body),
+            _ => vec![],
+        })
+        .collect()
+}
+
+fn loops(stmts: &[Stmt]) -> usize {
+    stmts.iter().map(|s| if let Stmt::Loop(l) = s { 1 + loops(&l.body) } else { 0 }).sum()
+}
+
+/// Deterministic values with a spread of about `scale` and an offset, rows x cols.
+fn values(rows: usize, cols: usize, scale: f32, seed: usize) -> Vec<f32> {
+    (0..rows * cols).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * scale - scale / 3.0 + 1.5).collect()
+}
+
+/// Runs the kernel in the interpreter and the algorithm in the evaluator; they agree.
+fn check(src: &str, rows: usize, cols: usize, scale: f32) {
+    let (p, k) = lowered(src);
+    let first = if src.contains("In A;") { "A" } else { "X" };
+    let mut args = Args::default().input(first, Tensor::new(vec![rows, cols], values(rows, cols, scale, cols)));
+    if first == "X" {
+        args = args.input("W", Tensor::new(vec![cols], values(1, cols, 1.0, 3)));
+    }
+    let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
+    let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+    for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{rows}x{cols}, element {i}: got {g}, want {w}\n{}", dt_core::kir::print(&k));
+    }
+}
+
+/// With a tile as wide as the block, a program's block of a row is loaded once: the
+/// reductions and the output share it, and no loop over `y` is left; each statistic is
+/// combined over the cluster once.
+#[test]
+fn clustered_rows_are_read_once_and_combined_once_per_statistic() {
+    for src in [SOFTMAX, LAYERNORM] {
+        let (_, k) = lowered(&src.replace("TILE", "0"));
+        let all = ops(&k.body);
+        let combined = all.iter().filter(|o| matches!(o, Op::ClusterReduce { .. })).count();
+        let row_loads = all.iter().filter(|o| matches!(o, Op::Load { axes, .. } if axes.len() == 2)).count();
+        assert_eq!((combined, row_loads), (2, 1), "{}", dt_core::kir::print(&k));
+        assert_eq!(loops(&k.body), 1, "only the loop over the rows of the block:\n{}", dt_core::kir::print(&k));
+        assert_eq!(k.grid.cluster.map(|(_, n)| n), Some(4));
+        assert_eq!(k.bounds.iter().map(|(_, n)| *n).min(), Some(64), "a cluster of 4 blocks of 16 holds rows of up to 64");
+    }
+}
+
+#[test]
+fn clustered_softmax_matches_reference() {
+    for tile in ["0", "4"] {
+        let src = SOFTMAX.replace("TILE", tile);
+        for (rows, cols) in [(1, 1), (3, 5), (2, 16), (3, 17), (5, 47), (2, 64), (4, 63)] {
+            check(&src, rows, cols, 12.0);
+        }
+    }
+}
+
+#[test]
+fn clustered_layernorm_matches_reference() {
+    for tile in ["0", "8"] {
+        let src = LAYERNORM.replace("TILE", tile);
+        for (rows, cols) in [(1, 1), (3, 5), (2, 16), (3, 33), (5, 50), (2, 64)] {
+            check(&src, rows, cols, 4.0);
+        }
+    }
+}
