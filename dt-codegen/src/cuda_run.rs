@@ -58,7 +58,7 @@ impl CudaRunner {
     /// Whether the GPU has thread-block clusters (sm_90 and newer), which clustered kernels
     /// (`cluster(y:N)`) need.
     pub fn clusters(&self) -> bool {
-        self.ctx.compute_capability().is_ok_and(|(major, _)| major >= 9)
+        self.ctx.compute_capability().is_ok_and(|(major, _)| dt_core::kir::cuda_has_clusters(major))
     }
 
     /// Compiles CUDA C with NVRTC for this GPU and loads it.

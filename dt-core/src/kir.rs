@@ -225,14 +225,18 @@ impl Grid {
         self.blocked.iter().find(|(x, _)| *x == d).map(|(_, b)| *b)
     }
 
+    /// The programs per cluster when `d` is the clustered dimension (its number of blocks).
+    pub fn cluster_size(&self, d: DimId) -> Option<u32> {
+        self.cluster.filter(|(c, _)| *c == d).map(|(_, n)| n)
+    }
+
     /// Number of blocks of each order entry, given the dimension sizes (indexed by DimId).
     pub fn counts(&self, sizes: &[usize]) -> Vec<usize> {
         let nblocks = |d: DimId| sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize);
         self.order
             .iter()
             .map(|e| match e {
-                MapEntry::Whole(d) if self.cluster.is_some_and(|(c, _)| c == *d) => self.cluster.map_or(1, |(_, n)| n as usize),
-                MapEntry::Whole(d) => nblocks(*d),
+                MapEntry::Whole(d) => self.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n as usize),
                 MapEntry::Outer { dim, factor } => nblocks(*dim).div_ceil(*factor as usize),
                 MapEntry::Inner { factor, .. } => *factor as usize,
             })
@@ -267,7 +271,7 @@ impl Grid {
             }
         }
         for (d, b) in &out {
-            if self.cluster.is_some_and(|(c, _)| c == *d) {
+            if self.cluster_size(*d).is_some() {
                 continue;
             }
             if *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
@@ -474,6 +478,12 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
             }
         }
     }
+}
+
+/// Whether a CUDA GPU of compute capability `major`.x has thread-block clusters (sm_90 and newer),
+/// which clustered kernels need.
+pub fn cuda_has_clusters(major: i32) -> bool {
+    major >= 9
 }
 
 /// Whether kernel `name` is a size-class variant of the kernel `family`: the family's name

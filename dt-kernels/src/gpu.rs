@@ -53,7 +53,7 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     let s = Arc::new(Shared {
         ctx: ctx.clone(),
         nvrtc_only,
-        clusters: ctx.compute_capability().is_ok_and(|(major, _)| major >= 9),
+        clusters: ctx.compute_capability().is_ok_and(|(major, _)| dt_core::kir::cuda_has_clusters(major)),
         modules: SPECS.iter().map(|_| OnceLock::new()).collect(),
         functions: Mutex::new(HashMap::new()),
     });

@@ -63,9 +63,8 @@ impl Device {
 pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32], device: Device) -> Result<Plan> {
     let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
     // The size-class variants of the op's kernel, in the spec's order: the first whose bounds
-    // admit the sizes runs. A class built for other element types, or clustered where there are
-    // no clusters, is passed over (a later class serves its sizes too); only the last class's
-    // error is reported.
+    // admit the sizes runs. A clustered class is left out where there are no clusters (a later
+    // class serves its sizes too).
     let variants: Vec<&'static Kernel> = spec
         .kernels()?
         .iter()
@@ -73,11 +72,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         .filter(|k| device.clusters || k.grid.cluster.is_none())
         .collect();
     let mut result = Err(Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)));
-    for (i, kernel) in variants.iter().enumerate() {
-        let last = i + 1 == variants.len();
-        if !last && !kernel.dtypes.contains(&dtype) {
-            continue;
-        }
+    for kernel in variants {
         result = plan_kernel(op, kernel, dtype, shapes, scalars);
         if !matches!(result, Err(Error::BoundExceeded { .. })) {
             break;

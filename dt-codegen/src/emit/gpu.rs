@@ -684,7 +684,7 @@ impl Emitter<'_> {
     fn cluster_reduce(&mut self, op: dt_core::algo::RedOp, value: ValueId, dim: DimId, id: ValueId) {
         let shape = self.k.value(id).shape.clone();
         let (dst, src, buf) = (format!("v{}", id.0), format!("v{}", value.0), self.fresh("cl"));
-        let ranks = self.k.grid.cluster.map_or(1, |(_, n)| n);
+        let ranks = self.k.grid.cluster_size(dim).unwrap_or(1);
         let ident = float_lit(op.identity());
         self.declare(&dst, &shape);
         self.line(&format!("/* {} over the {ranks} programs of the cluster along {} */", op.name(), self.k.dim_name(dim)));

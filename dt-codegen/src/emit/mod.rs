@@ -68,14 +68,12 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
     let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
-    let clustered = |d: &dt_core::algo::DimId| k.grid.cluster.is_some_and(|(c, _)| c == *d);
     let counts: Vec<String> = k
         .grid
         .order
         .iter()
         .map(|m| match m {
-            MapEntry::Whole(d) if clustered(d) => k.grid.cluster.map_or(1, |(_, n)| n).to_string(),
-            MapEntry::Whole(d) => nblocks(*d),
+            MapEntry::Whole(d) => k.grid.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n.to_string()),
             MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => factor.to_string(),
         })
@@ -97,7 +95,7 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
         }
         let slot = k.dim_slot(*d);
         out.push(format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
-        if clustered(d) {
+        if k.grid.cluster_size(*d).is_some() {
             // Every program of a cluster takes part in its reductions, past the end or not.
             continue;
         }
@@ -115,8 +113,7 @@ pub fn program_count(k: &Kernel) -> String {
         .order
         .iter()
         .map(|m| match m {
-            MapEntry::Whole(d) if k.grid.cluster.is_some_and(|(c, _)| c == *d) => format!("({})", k.grid.cluster.map_or(1, |(_, n)| n)),
-            MapEntry::Whole(d) => format!("({})", nblocks(*d)),
+            MapEntry::Whole(d) => format!("({})", k.grid.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n.to_string())),
             MapEntry::Outer { dim, factor } => format!("(dt_cdiv({}, {factor}))", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => format!("({factor})"),
         })

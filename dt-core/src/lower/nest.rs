@@ -284,7 +284,7 @@ impl Builder<'_> {
     /// kernel's clustered dimension, over this program's block of it (the cluster combines the
     /// blocks' partials, see [`Self::across_cluster`]).
     fn reduction_kind(&self, d: DimId) -> LoopKind {
-        if self.kernel.grid.cluster.is_some_and(|(c, _)| c == d) {
+        if self.kernel.grid.cluster_size(d).is_some() {
             LoopKind::Block
         } else {
             LoopKind::Reduction

@@ -25,7 +25,7 @@ fn inline(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
                 l.body = inline(k, l.body);
                 let bound = k.bounds.iter().find(|(d, _)| *d == l.dim).map(|(_, n)| *n);
                 let once = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && bound.is_some_and(|n| l.step as u64 >= n);
-                let clustered = k.grid.cluster.is_some_and(|(d, _)| d == l.dim);
+                let clustered = k.grid.cluster_size(l.dim).is_some();
                 let block_once = l.kind == LoopKind::Block && clustered && k.grid.block_extent(l.dim).is_some_and(|b| l.step >= b);
                 let once = once || block_once;
                 if once {
