@@ -147,12 +147,12 @@ impl Machine<'_> {
                         }
                         LoopKind::Whole | LoopKind::Reduction => (0, size),
                     };
-                    let mut o = start;
-                    while o < end {
+                    let offsets = (start..end).step_by(l.step as usize);
+                    let offsets: Vec<usize> = if l.backward { offsets.rev().collect() } else { offsets.collect() };
+                    for o in offsets {
                         self.offsets.push((l.dim, o));
                         self.stmts(&l.body);
                         self.offsets.pop();
-                        o += l.step as usize;
                     }
                 }
                 Stmt::Store { value, tile } => self.store(*value, tile),

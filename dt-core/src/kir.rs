@@ -168,6 +168,8 @@ pub struct Loop {
     pub step: u32,
     /// Software pipeline depth for the loads in this loop (1: none).
     pub stages: u32,
+    /// Runs from its last step to its first (pass `reverse`).
+    pub backward: bool,
     /// The schedule primitives that made this loop.
     pub origin: String,
     pub body: Vec<Stmt>,
@@ -470,7 +472,8 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
                     LoopKind::Reduction => "reduce",
                 };
                 let stages = if l.stages > 1 { format!(", pipelined {}", l.stages) } else { String::new() };
-                let _ = writeln!(out, "{pad}for {} step {} ({kind}{stages}):{}", k.dim_name(l.dim), l.step, comment(&l.origin));
+                let backward = if l.backward { ", backward" } else { "" };
+                let _ = writeln!(out, "{pad}for {} step {} ({kind}{stages}{backward}):{}", k.dim_name(l.dim), l.step, comment(&l.origin));
                 print_stmts(k, &l.body, depth + 1, out);
             }
             Stmt::Store { value, tile } => {

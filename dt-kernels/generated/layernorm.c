@@ -1338,7 +1338,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
                         (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
@@ -1606,7 +1606,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
                         (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_bf16(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;
@@ -1874,7 +1874,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
                 (arena + 65545)[l76] = ((arena + 65543)[l76] / (arena + 16386)[0]);
             }
             /* layernorm.tensorize(y:8192) num_stages(2) */
-            for (long long o77 = 0; o77 < s1; o77 += 8192) {
+            for (long long o77 = (dt_cdiv(s1, 8192) - 1) * 8192; o77 >= 0; o77 -= 8192) {
                 for (long long l78 = 0; l78 < 1; l78++) {
                     for (long long l79 = 0; l79 < 8192; l79++) {
                         (arena + 65546)[l78 * 8192 + l79] = (o1 + l78 < s0 && o77 + l79 < s1) ? dt_load_f32(in0[(o1 + l78) * args->input_strides[0][0] + (o77 + l79) * args->input_strides[0][1]]) : 0e0f;

@@ -1269,8 +1269,8 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_layernorm_1k_f32(const d
     }
 }
 
-/* kernel layernorm_4k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const dt_args args) {
+/* kernel layernorm_4k for f16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1288,15 +1288,15 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[4];
+    bool fn3[4];
+    uint4 qn4[4];
+    bool fn5[4];
+    uint4 qn6[4];
+    bool fn7[4];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1304,30 +1304,30 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[4];
+        bool f13[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 256 + tid) * 8;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1342,10 +1342,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_f16s<16> v0; /* 16-bit values as loaded */
+        dt_f16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
@@ -1365,14 +1365,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1383,7 +1383,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1416,50 +1416,50 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1497,18 +1497,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_f16s<16> v26; /* 16-bit values as loaded */
+        dt_f16s<32> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
@@ -1526,18 +1526,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v26.w[c] = dt_pack8(h);
             }
         }
-        float v27[16];
+        float v27[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_f16s<16> v28; /* 16-bit values as loaded */
+        dt_f16s<32> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
@@ -1555,17 +1555,17 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
                 v28.w[c] = dt_pack8(h);
             }
         }
-        float v29[16];
+        float v29[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1585,8 +1585,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f16(const d
     }
 }
 
-/* kernel layernorm_4k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const dt_args args) {
+/* kernel layernorm_4k for bf16: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1604,15 +1604,15 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[2];
-    bool fn3[2];
-    uint4 qn4[2];
-    bool fn5[2];
-    uint4 qn6[2];
-    bool fn7[2];
+    uint4 qn2[4];
+    bool fn3[4];
+    uint4 qn4[4];
+    bool fn5[4];
+    uint4 qn6[4];
+    bool fn7[4];
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l8 = (int)((unsigned)e / 4096u % 1u);
         const int l9 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
@@ -1620,30 +1620,30 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
         if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l10 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
         fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
         if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
     }
     #pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int e = (c * 256 + tid) * 8;
+    for (int c = 0; c < 4; c++) {
+        const int e = (c * 128 + tid) * 8;
         const int l11 = (int)((unsigned)e / 1u % 4096u);
         const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
         fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
         if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
     }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q12[2];
-        bool f13[2];
+        uint4 q12[4];
+        bool f13[4];
         #pragma unroll
-        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        for (int c = 0; c < 4; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
         if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 256 + tid) * 8;
+            for (int c = 0; c < 4; c++) {
+                const int e = (c * 128 + tid) * 8;
                 const int l14 = (int)((unsigned)e / 4096u % 1u);
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
@@ -1658,10 +1658,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        dt_bf16s<32> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l17 = (int)((unsigned)e / 4096u % 1u);
             const int l18 = (int)((unsigned)e / 1u % 4096u);
             if (f13[c]) {
@@ -1681,14 +1681,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1699,7 +1699,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a20 = 0e0f;
-            for (int g = 0; g < 8; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a20;
         }
         {
@@ -1732,50 +1732,50 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 const int l30 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a32 = 0e0f;
-            for (int g = 0; g < 8; g++) a32 = a32 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a32 = a32 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a32;
         }
         {
@@ -1813,18 +1813,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        dt_bf16s<16> v26; /* 16-bit values as loaded */
+        dt_bf16s<32> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l40 = (int)((unsigned)e / 1u % 4096u);
             if (fn5[c]) {
                 v26.w[c] = qn4[c];
@@ -1842,18 +1842,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v26.w[c] = dt_pack8(h);
             }
         }
-        float v27[16];
+        float v27[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        dt_bf16s<16> v28; /* 16-bit values as loaded */
+        dt_bf16s<32> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l43 = (int)((unsigned)e / 1u % 4096u);
             if (fn7[c]) {
                 v28.w[c] = qn6[c];
@@ -1871,17 +1871,17 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
                 v28.w[c] = dt_pack8(h);
             }
         }
-        float v29[16];
+        float v29[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 256 + tid) * 8;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 128 + tid) * 8;
             const int l46 = (int)((unsigned)e / 4096u % 1u);
             const int l47 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
@@ -1901,8 +1901,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_bf16(const 
     }
 }
 
-/* kernel layernorm_4k for f32: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const dt_args args) {
+/* kernel layernorm_4k for f32: grid block(x:2); 128 threads, 32 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 4) dt_layernorm_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1928,10 +1928,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[16];
+        float v0[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1949,14 +1949,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             }
         }
         float v2[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v0[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -1967,7 +1967,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = 0e0f;
-            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
             v2[r] = a6;
         }
         {
@@ -2000,50 +2000,50 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[16];
+        float v8[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[16];
+        float v12[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[16];
+        float v13[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 const int l16 = (int)((unsigned)e / 1u % 4096u);
                 v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 32 per thread and row, then shuffles, then 4 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
+                for (int q = 0; q < 32; q++) p[i] = p[i] + v13[i * 32 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a18 = 0e0f;
-            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
+            for (int g = 0; g < 4; g++) a18 = a18 + ((dt_smem + 0) + 4)[g * 1 + e];
             v14[r] = a18;
         }
         {
@@ -2081,18 +2081,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[16];
+        float v25[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[16];
+        float v26[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l26 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(0 + l26) * (unsigned)args.input_strides[1][0];
             if ((unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0) {
@@ -2108,18 +2108,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
                 v26[c * 4 + 3] = ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][0]]) : 0e0f;
             }
         }
-        float v27[16];
+        float v27[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[16];
+        float v28[32];
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l29 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(0 + l29) * (unsigned)args.input_strides[2][0];
             if ((unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l29 + 3)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0) {
@@ -2135,17 +2135,17 @@ extern "C" __global__ void __launch_bounds__(256, 3) dt_layernorm_4k_f32(const d
                 v28[c * 4 + 3] = ((unsigned)(0 + (l29 + 3)) < (unsigned)s1) ? dt_load_f32(in2[a + 3 * (unsigned)args.input_strides[2][0]]) : 0e0f;
             }
         }
-        float v29[16];
+        float v29[32];
         #pragma unroll
-        for (int r = 0; r < 16; r++) {
-            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int e = (c * 256 + tid) * 4;
+        for (int c = 0; c < 8; c++) {
+            const int e = (c * 128 + tid) * 4;
             const int l32 = (int)((unsigned)e / 4096u % 1u);
             const int l33 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1];
@@ -3486,27 +3486,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int e = (c * 1024 + tid) * 8;
             const int l90 = (int)((unsigned)e / 8192u % 1u);
             const int l91 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l91) * (unsigned)args.input_strides[0][1];
-            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)((0) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
+            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l92 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)((0) + l92) * (unsigned)args.input_strides[1][0];
-            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((0) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l92) * (unsigned)args.input_strides[1][0];
+            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
             if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l93 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)((0) + l93) * (unsigned)args.input_strides[2][0];
-            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((0) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l93) * (unsigned)args.input_strides[2][0];
+            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
             if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o83 = 0; o83 < s1; o83 += 8192) {
+        for (long long o83 = (dt_cdiv(s1, 8192) - 1) * 8192; o83 >= 0; o83 -= 8192) {
             uint4 q94[1];
             bool f95[1];
             #pragma unroll
@@ -3519,30 +3519,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
-            if (o83 + 8192 < s1) {
+            if (o83 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l100 = (int)((unsigned)e / 8192u % 1u);
                     const int l101 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 + 8192) + l101) * (unsigned)args.input_strides[0][1];
-                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 + 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
+                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l102 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 + 8192) + l102) * (unsigned)args.input_strides[1][0];
-                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 + 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    const unsigned a = (unsigned)((o83 - 8192) + l102) * (unsigned)args.input_strides[1][0];
+                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 - 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                     if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l103 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 + 8192) + l103) * (unsigned)args.input_strides[2][0];
-                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 + 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    const unsigned a = (unsigned)((o83 - 8192) + l103) * (unsigned)args.input_strides[2][0];
+                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 - 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                     if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
                 }
             }
@@ -4116,27 +4116,27 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int e = (c * 1024 + tid) * 8;
             const int l90 = (int)((unsigned)e / 8192u % 1u);
             const int l91 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l91) * (unsigned)args.input_strides[0][1];
-            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)((0) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
+            fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l92 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)((0) + l92) * (unsigned)args.input_strides[1][0];
-            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((0) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l92) * (unsigned)args.input_strides[1][0];
+            fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l92 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
             if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
             const int l93 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)((0) + l93) * (unsigned)args.input_strides[2][0];
-            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((0) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+            const unsigned a = (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l93) * (unsigned)args.input_strides[2][0];
+            fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l93 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
             if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
         }
-        for (long long o83 = 0; o83 < s1; o83 += 8192) {
+        for (long long o83 = (dt_cdiv(s1, 8192) - 1) * 8192; o83 >= 0; o83 -= 8192) {
             uint4 q94[1];
             bool f95[1];
             #pragma unroll
@@ -4149,30 +4149,30 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             bool f99[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q98[c] = qn88[c]; f99[c] = fn89[c]; }
-            if (o83 + 8192 < s1) {
+            if (o83 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l100 = (int)((unsigned)e / 8192u % 1u);
                     const int l101 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 + 8192) + l101) * (unsigned)args.input_strides[0][1];
-                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 + 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
+                    fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l102 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 + 8192) + l102) * (unsigned)args.input_strides[1][0];
-                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 + 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+                    const unsigned a = (unsigned)((o83 - 8192) + l102) * (unsigned)args.input_strides[1][0];
+                    fn87[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)((o83 - 8192) + (l102 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
                     if (fn87[c]) qn86[c] = *(const uint4*)(in1 + a);
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l103 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)((o83 + 8192) + l103) * (unsigned)args.input_strides[2][0];
-                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 + 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+                    const unsigned a = (unsigned)((o83 - 8192) + l103) * (unsigned)args.input_strides[2][0];
+                    fn89[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)((o83 - 8192) + (l103 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
                     if (fn89[c]) qn88[c] = *(const uint4*)(in2 + a);
                 }
             }
@@ -4707,7 +4707,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
             v17[r] = (v15[0] / v4[0]);
         }
         /* layernorm.tensorize(y:8192) num_stages(2) */
-        for (long long o75 = 0; o75 < s1; o75 += 8192) {
+        for (long long o75 = (dt_cdiv(s1, 8192) - 1) * 8192; o75 >= 0; o75 -= 8192) {
             float v18[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {

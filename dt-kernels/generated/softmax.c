@@ -334,7 +334,7 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel softmax_4k for f16: grid block(x:2) */
+/* kernel softmax_4k for f16: grid block(x:1) */
 void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -342,16 +342,16 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_4k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 40967)[l2] = (-INFINITY);
@@ -417,7 +417,7 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel softmax_4k for bf16: grid block(x:2) */
+/* kernel softmax_4k for bf16: grid block(x:1) */
 void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -425,16 +425,16 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_4k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 40967)[l2] = (-INFINITY);
@@ -500,7 +500,7 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel softmax_4k for f32: grid block(x:2) */
+/* kernel softmax_4k for f32: grid block(x:1) */
 void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
@@ -508,16 +508,16 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
+        const long long n0 = (long long)(dt_cdiv(s0, 1));
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2) */
-        for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        /* block(x:1) softmax_4k.tensorize(x:0) */
+        for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
                 (arena + 40967)[l2] = (-INFINITY);
@@ -1011,7 +1011,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
             /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
                         (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
@@ -1222,7 +1222,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
             /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
                         (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_bf16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
@@ -1433,7 +1433,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 (arena + 49156)[l62] = (arena + 213007)[l62];
             }
             /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = 0; o63 < s1; o63 += 8192) {
+            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
                         (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f32(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;

@@ -377,8 +377,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel softmax_1k for f16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_args args) {
+/* kernel softmax_1k for f16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -402,12 +402,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -415,8 +415,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -436,14 +436,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -453,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -474,50 +474,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -531,17 +531,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -561,8 +561,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f16(const dt_arg
     }
 }
 
-/* kernel softmax_1k for bf16: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_args args) {
+/* kernel softmax_1k for bf16: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -586,12 +586,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
-        uint4 q3[1];
-        bool f4[1];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l5 = (int)((unsigned)e / 1024u % 1u);
             const int l6 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
@@ -599,8 +599,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l7 = (int)((unsigned)e / 1024u % 1u);
             const int l8 = (int)((unsigned)e / 1u % 1024u);
             if (f4[c]) {
@@ -620,14 +620,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -637,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a10 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a10;
         }
         {
@@ -658,50 +658,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 const int l19 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a21 = 0e0f;
-            for (int g = 0; g < 4; g++) a21 = a21 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a21;
         }
         {
@@ -715,17 +715,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 128 + tid) * 8;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
             const int l26 = (int)((unsigned)e / 1024u % 1u);
             const int l27 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
@@ -745,8 +745,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_bf16(const dt_ar
     }
 }
 
-/* kernel softmax_1k for f32: grid block(x:1); 128 threads, 32 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_args args) {
+/* kernel softmax_1k for f32: grid block(x:1); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -770,10 +770,10 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l3 = (int)((unsigned)e / 1024u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -791,14 +791,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
@@ -808,7 +808,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 4; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 2; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -829,50 +829,50 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 const int l15 = (int)((unsigned)e / 1u % 1024u);
                 v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 4 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 4)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 4; g++) a17 = a17 + ((dt_smem + 0) + 4)[g * 1 + e];
+            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -886,17 +886,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 128 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 64 + tid) * 4;
             const int l22 = (int)((unsigned)e / 1024u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 1024u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -912,8 +912,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_softmax_1k_f32(const dt_arg
     }
 }
 
-/* kernel softmax_4k for f16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_args args) {
+/* kernel softmax_4k for f16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -924,38 +924,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
-    #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l4 = (int)((unsigned)e / 4096u % 1u);
-        const int l5 = (int)((unsigned)e / 1u % 4096u);
-        const unsigned a = (unsigned)((b0 * 2) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q6[1];
-        bool f7[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 4096u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -963,49 +937,59 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_f16s<8> v0; /* 16-bit values as loaded */
+        dt_f16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 4096u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 4096u);
-            if (f7[c]) {
-                v0.w[c] = q6[c];
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
                 v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a14 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a14;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -1025,51 +1009,51 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l23 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a25 = 0e0f;
-            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a25;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -1082,38 +1066,38 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l30 = (int)((unsigned)e / 4096u % 1u);
-            const int l31 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for bf16: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_args args) {
+/* kernel softmax_4k for bf16: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1124,38 +1108,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2): loads one step ahead */
-    uint4 qn2[1];
-    bool fn3[1];
-    #pragma unroll
-    for (int c = 0; c < 1; c++) {
-        const int e = (c * 512 + tid) * 8;
-        const int l4 = (int)((unsigned)e / 4096u % 1u);
-        const int l5 = (int)((unsigned)e / 1u % 4096u);
-        const unsigned a = (unsigned)((b0 * 2) + l4) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l5) * (unsigned)args.input_strides[0][1];
-        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l4) < (unsigned)s0 && (unsigned)(0 + (l5 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-    }
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
-        uint4 q6[1];
-        bool f7[1];
-        #pragma unroll
-        for (int c = 0; c < 1; c++) { q6[c] = qn2[c]; f7[c] = fn3[c]; }
-        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
-            #pragma unroll
-            for (int c = 0; c < 1; c++) {
-                const int e = (c * 512 + tid) * 8;
-                const int l8 = (int)((unsigned)e / 4096u % 1u);
-                const int l9 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)((o1 + 1) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
-                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
-            }
-        }
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1163,49 +1121,59 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        dt_bf16s<8> v0; /* 16-bit values as loaded */
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
+        uint4 q3[2];
+        bool f4[2];
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l11 = (int)((unsigned)e / 4096u % 1u);
-            const int l12 = (int)((unsigned)e / 1u % 4096u);
-            if (f7[c]) {
-                v0.w[c] = q6[c];
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l5 = (int)((unsigned)e / 4096u % 1u);
+            const int l6 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l5) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l6) * (unsigned)args.input_strides[0][1];
+            f4[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l5) < (unsigned)s0 && (unsigned)(0 + (l6 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (f4[c]) q3[c] = *(const uint4*)(in0 + a);
+        }
+        #pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l7 = (int)((unsigned)e / 4096u % 1u);
+            const int l8 = (int)((unsigned)e / 1u % 4096u);
+            if (f4[c]) {
+                v0.w[c] = q3[c];
             } else {
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l12) * (unsigned)args.input_strides[0][1];
+                const unsigned a = (unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l8) * (unsigned)args.input_strides[0][1];
                 unsigned short h[8];
-                h[0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + l12) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[4] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[5] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[6] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                h[7] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(0 + (l12 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[0] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + l8) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[1] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[2] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[3] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[4] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[5] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[6] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                h[7] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(0 + (l8 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
                 v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a14 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a14 = fmaxf(a14, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a14;
+            float a10 = (-INFINITY);
+            for (int g = 0; g < 8; g++) a10 = fmaxf(a10, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a10;
         }
         {
             const int r = 0, e = 0;
@@ -1225,51 +1193,51 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v7[r] = dt_fast_exp(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
-                const int l23 = (int)((unsigned)e / 1u % 4096u);
-                v8[r] = ((unsigned)(0 + l23) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l19 = (int)((unsigned)e / 1u % 4096u);
+                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a25 = 0e0f;
-            for (int g = 0; g < 16; g++) a25 = a25 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v9[r] = a25;
+            float a21 = 0e0f;
+            for (int g = 0; g < 8; g++) a21 = a21 + ((dt_smem + 0) + 8)[g * 1 + e];
+            v9[r] = a21;
         }
         {
             const int r = 0, e = 0;
@@ -1282,38 +1250,38 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(const dt_ar
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
             (void)e; {
                 v16[r] = dt_fast_div(v7[r], v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 1; c++) {
-            const int e = (c * 512 + tid) * 8;
-            const int l30 = (int)((unsigned)e / 4096u % 1u);
-            const int l31 = (int)((unsigned)e / 1u % 4096u);
-            const unsigned a = (unsigned)(o1 + l30) * (unsigned)args.output_strides[0] + (unsigned)(0 + l31) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 256 + tid) * 8;
+            const int l26 = (int)((unsigned)e / 4096u % 1u);
+            const int l27 = (int)((unsigned)e / 1u % 4096u);
+            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + l31) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(o1 + l30) < (unsigned)s0 && (unsigned)(0 + (l31 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(o1 + l26) < (unsigned)s0 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel softmax_4k for f32: grid block(x:2); 512 threads, 128 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_args args) {
+/* kernel softmax_4k for f32: grid block(x:1); 256 threads, 64 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_softmax_4k_f32(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -1324,12 +1292,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) softmax_4k.tensorize(x:1) num_stages(2) */
-    for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    /* block(x:1) softmax_4k.tensorize(x:0) */
+    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
         float acc0[1];
         {
@@ -1337,10 +1305,10 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             acc0[r] = (-INFINITY);
         }
-        float v0[8];
+        float v0[16];
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 512 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l3 = (int)((unsigned)e / 4096u % 1u);
             const int l4 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1];
@@ -1358,17 +1326,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             }
         }
         float v2[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = (-INFINITY);
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = fmaxf(p[i], v0[i * 8 + q]);
+                for (int q = 0; q < 16; q++) p[i] = fmaxf(p[i], v0[i * 16 + q]);
                 for (int m = 16; m > 0; m >>= 1) p[i] = fmaxf(p[i], dt_shfl_xor(p[i], m, 32));
             }
-            __syncthreads();
             if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 0)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
@@ -1376,7 +1343,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a6 = (-INFINITY);
-            for (int g = 0; g < 16; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
+            for (int g = 0; g < 8; g++) a6 = fmaxf(a6, ((dt_smem + 0) + 0)[g * 1 + e]);
             v2[r] = a6;
         }
         {
@@ -1397,50 +1364,50 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[8];
+        float v6[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v6[r] = (v0[r] - v3[0]);
             }
         }
-        float v7[8];
+        float v7[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v7[r] = expf(v6[r]);
             }
         }
-        float v8[8];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 const int l15 = (int)((unsigned)e / 1u % 4096u);
                 v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
-        /* reduction in registers: 8 per thread and row, then shuffles, then 16 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 8 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 8; q++) p[i] = p[i] + v8[i * 8 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v8[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 16)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
             float a17 = 0e0f;
-            for (int g = 0; g < 16; g++) a17 = a17 + ((dt_smem + 0) + 16)[g * 1 + e];
+            for (int g = 0; g < 8; g++) a17 = a17 + ((dt_smem + 0) + 8)[g * 1 + e];
             v9[r] = a17;
         }
         {
@@ -1454,17 +1421,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(const dt_arg
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
-        float v16[8];
+        float v16[16];
         #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int e = ((r / 4) * 512 + tid) * 4 + r % 4;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
             (void)e; {
                 v16[r] = (v7[r] / v10[0]);
             }
         }
         #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int e = (c * 512 + tid) * 4;
+        for (int c = 0; c < 4; c++) {
+            const int e = (c * 256 + tid) * 4;
             const int l22 = (int)((unsigned)e / 4096u % 1u);
             const int l23 = (int)((unsigned)e / 1u % 4096u);
             const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
@@ -2418,23 +2385,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             const int e = (c * 1024 + tid) * 8;
             const int l72 = (int)((unsigned)e / 8192u % 1u);
             const int l73 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l73) * (unsigned)args.input_strides[0][1];
-            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)((0) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
+            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o69 = 0; o69 < s1; o69 += 8192) {
+        for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
             uint4 q74[1];
             bool f75[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
-            if (o69 + 8192 < s1) {
+            if (o69 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l76 = (int)((unsigned)e / 8192u % 1u);
                     const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 + 8192) + l77) * (unsigned)args.input_strides[0][1];
-                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 + 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
+                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -2877,23 +2844,23 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             const int e = (c * 1024 + tid) * 8;
             const int l72 = (int)((unsigned)e / 8192u % 1u);
             const int l73 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)((0) + l73) * (unsigned)args.input_strides[0][1];
-            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)((0) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
+            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o69 = 0; o69 < s1; o69 += 8192) {
+        for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
             uint4 q74[1];
             bool f75[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
-            if (o69 + 8192 < s1) {
+            if (o69 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l76 = (int)((unsigned)e / 8192u % 1u);
                     const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 + 8192) + l77) * (unsigned)args.input_strides[0][1];
-                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 + 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
+                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
                 }
             }
@@ -3301,7 +3268,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) num_stages(2) */
-        for (long long o61 = 0; o61 < s1; o61 += 8192) {
+        for (long long o61 = (dt_cdiv(s1, 8192) - 1) * 8192; o61 >= 0; o61 -= 8192) {
             float v11[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {

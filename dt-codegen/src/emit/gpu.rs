@@ -639,7 +639,13 @@ impl Emitter<'_> {
         let per_row = input.extent(dim).unwrap_or(1) as usize / self.threads as usize;
         let groups = self.threads as usize / 32;
         let (ident, red) = (float_lit(op.identity()), self.slot(1));
-        self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles, then {groups} groups of 32 */"));
+        if groups == 1 {
+            // One warp: after the shuffles every lane holds each row's result; no shared memory,
+            // no barrier.
+            self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles */"));
+        } else {
+            self.line(&format!("/* reduction in registers: {per_row} per thread and row, then shuffles, then {groups} groups of 32 */"));
+        }
         self.line("{");
         self.depth += 1;
         self.line(&format!("float p[{rows}];"));
@@ -652,6 +658,12 @@ impl Emitter<'_> {
         self.line(&format!("for (int m = 16; m > 0; m >>= 1) p[i] = {};", combine(op, "p[i]", "dt_shfl_xor(p[i], m, 32)")));
         self.depth -= 1;
         self.line("}");
+        if groups == 1 {
+            self.for_owned(result, layout, |e, _| e.line(&format!("{dst}[r] = p[e];")));
+            self.depth -= 1;
+            self.line("}");
+            return;
+        }
         // The partials alternate between two regions: a region still being read by the last
         // reduction that used it needs a barrier first; otherwise the one between them served.
         let region = self.partials.next;
@@ -889,7 +901,7 @@ impl Emitter<'_> {
                     out.push(Prefetch { value: *value, input: *input, axes: axes.clone(), at: at.clone() });
                 }
                 Stmt::Loop(inner) if self.single_iteration(inner) => {
-                    at.push((inner.dim, format!("({})", super::loop_range(self.k, inner).0)));
+                    at.push((inner.dim, format!("({})", super::LoopSteps::of(self.k, inner).first())));
                     self.collect_prefetchable(&inner.body, at, out);
                     at.pop();
                 }
@@ -904,7 +916,7 @@ impl Emitter<'_> {
     /// 16-byte words). The memory system so always has a step's loads in flight. A load that
     /// does not move with the loop (layernorm's weights) is issued once, before it.
     fn pipelined_rows(&mut self, l: &Loop, loads: &[Prefetch]) -> Result<(), EmitError> {
-        let (start, end) = super::loop_range(self.k, l);
+        let steps = super::LoopSteps::of(self.k, l);
         let o = self.fresh("o");
         self.line(&format!("/* {}: loads one step ahead */", l.origin));
         let mut names = Vec::new();
@@ -930,8 +942,8 @@ impl Emitter<'_> {
                 e.offsets.truncate(depth);
             }
         };
-        issue(self, format!("({start})"), false);
-        self.line(&format!("for (long long {o} = {start}; {o} < {end}; {o} += {}) {{", l.step));
+        issue(self, format!("({})", steps.first()), false);
+        self.line(&super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
         let mut current = Vec::new();
@@ -947,9 +959,10 @@ impl Emitter<'_> {
             self.line(&format!("for (int c = 0; c < {runs}; c++) {{ {qc}[c] = {q}[c]; {fc}[c] = {f}[c]; }}"));
             current.push((p.value, qc, fc));
         }
-        self.line(&format!("if ({o} + {} < {end}) {{", l.step));
+        let next = steps.next(&o);
+        self.line(&format!("if ({}) {{", steps.in_range(&next)));
         self.depth += 1;
-        issue(self, format!("({o} + {})", l.step), true);
+        issue(self, format!("({next})"), true);
         self.depth -= 1;
         self.line("}");
         self.prefetched.extend(current);

@@ -170,8 +170,52 @@ pub(crate) fn start_offset(k: &Kernel, d: dt_core::algo::DimId) -> String {
 /// The `for` line of a kernel-IR loop whose offset variable is `var`: a blocked dimension loops
 /// over this program's block, any other over the whole dimension. Shared by every C emitter.
 pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> String {
-    let (start, end) = loop_range(k, l);
-    format!("for (long long {var} = {start}; {var} < {end}; {var} += {}) {{", l.step)
+    let steps = LoopSteps::of(k, l);
+    let advance = if l.backward { "-=" } else { "+=" };
+    format!("for (long long {var} = {}; {}; {var} {advance} {}) {{", steps.first(), steps.in_range(var), l.step)
+}
+
+/// How the offset variable of a kernel-IR loop runs, as C expressions: up from the start of
+/// its range by the step, or (a `backward` loop) down from the last step's offset to the start.
+pub(crate) struct LoopSteps {
+    start: String,
+    end: String,
+    step: u32,
+    backward: bool,
+}
+
+impl LoopSteps {
+    pub(crate) fn of(k: &Kernel, l: &dt_core::kir::Loop) -> Self {
+        let (start, end) = loop_range(k, l);
+        LoopSteps { start, end, step: l.step, backward: l.backward }
+    }
+
+    /// The offset of the first iteration.
+    pub(crate) fn first(&self) -> String {
+        let (start, end, step) = (&self.start, &self.end, self.step);
+        if self.backward && start == "0" {
+            format!("(dt_cdiv({end}, {step}) - 1) * {step}")
+        } else if self.backward {
+            format!("{start} + (dt_cdiv({end} - ({start}), {step}) - 1) * {step}")
+        } else {
+            start.clone()
+        }
+    }
+
+    /// Whether offset `var` is an iteration of the loop.
+    pub(crate) fn in_range(&self, var: &str) -> String {
+        if self.backward {
+            format!("{var} >= {}", self.start)
+        } else {
+            format!("{var} < {}", self.end)
+        }
+    }
+
+    /// The offset of the iteration after the one at `var`.
+    pub(crate) fn next(&self, var: &str) -> String {
+        let sign = if self.backward { '-' } else { '+' };
+        format!("{var} {sign} {}", self.step)
+    }
 }
 
 /// The first offset of a kernel-IR loop and the end of its range, as C expressions.

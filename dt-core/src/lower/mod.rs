@@ -15,6 +15,8 @@
 //!    sum, layernorm's variance) is computed in the other's loop; [`cse`] and [`dead`] then run
 //!    again over the merged loops.
 //! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
+//!     before it read runs backward, starting with the chunks still in the L2 cache.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
@@ -26,6 +28,7 @@ mod layout;
 mod masks;
 mod nest;
 mod online;
+mod reverse;
 mod single_pass;
 
 use crate::algo::{FuncId, Program};
@@ -91,6 +94,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("online", &kernel);
     layout::assign_layouts(&mut kernel);
     log("layout", &kernel);
+    reverse::reverse_second_passes(&mut kernel);
+    log("reverse", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
         return Err(LowerError(format!(
             "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",

@@ -433,7 +433,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
             });
         }
     }
-    out.push(Stmt::Loop(Loop { dim, kind: LoopKind::Reduction, step: l1.step, stages: l1.stages, origin, body }));
+    out.push(Stmt::Loop(Loop { dim, kind: LoopKind::Reduction, step: l1.step, stages: l1.stages, backward: false, origin, body }));
     out.extend(kept);
     out.extend(after_loop);
     out
