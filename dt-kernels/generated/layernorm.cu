@@ -109,6 +109,23 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* 16-byte accesses to lines this kernel does not touch again (a looped row's second read, and
+ * the output written with it): marked evict-first (.cs), so that they do not push out of the L2
+ * cache the lines still to be read again. */
+#if defined(__HIPCC__)
+DT_FN uint4 dt_load_once(const uint4* p) { return *p; }
+DT_FN void dt_store_once(uint4* p, uint4 v) { *p = v; }
+#else
+DT_FN uint4 dt_load_once(const uint4* p) {
+    uint4 v;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+DT_FN void dt_store_once(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+#endif
+
 /* Exchange within groups of `width` lanes (a power of two up to 32). */
 #if defined(__HIPCC__)
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
@@ -3488,7 +3505,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
             const int l91 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
             fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+            if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
@@ -3527,7 +3544,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                     const int l101 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
                     fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+                    if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
@@ -3667,7 +3684,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(const dt_arg
                 const int l119 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
                     if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
                     if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
@@ -4118,7 +4135,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
             const int l91 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l91) * (unsigned)args.input_strides[0][1];
             fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l91 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+            if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
         }
         #pragma unroll
         for (int c = 0; c < 1; c++) {
@@ -4157,7 +4174,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                     const int l101 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)((o83 - 8192) + l101) * (unsigned)args.input_strides[0][1];
                     fn85[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l100) < (unsigned)s0 && (unsigned)((o83 - 8192) + (l101 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn85[c]) qn84[c] = *(const uint4*)(in0 + a);
+                    if (fn85[c]) qn84[c] = dt_load_once((const uint4*)(in0 + a));
                 }
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
@@ -4297,7 +4314,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(const dt_ar
                 const int l119 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l118) * (unsigned)args.output_strides[0] + (unsigned)(o83 + l119) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7])));
                 } else {
                     if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + l119) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
                     if ((unsigned)(o1 + l118) < (unsigned)s0 && (unsigned)(o83 + (l119 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
@@ -4716,7 +4733,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l77 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)(o75 + l77) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)(o75 + (l77 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v18[c * 4 + 0] = __uint_as_float(q.x);
                     v18[c * 4 + 1] = __uint_as_float(q.y);
                     v18[c * 4 + 2] = __uint_as_float(q.z);
@@ -4823,7 +4840,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(const dt_arg
                 const int l91 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l90) * (unsigned)args.output_strides[0] + (unsigned)(o75 + l91) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3]));
+                    dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v29[c * 4 + 0]), __float_as_uint(v29[c * 4 + 1]), __float_as_uint(v29[c * 4 + 2]), __float_as_uint(v29[c * 4 + 3])));
                 } else {
                     if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + l91) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 0]);
                     if ((unsigned)(o1 + l90) < (unsigned)s0 && (unsigned)(o75 + (l91 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v29[c * 4 + 1]);

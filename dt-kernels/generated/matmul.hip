@@ -109,6 +109,23 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* 16-byte accesses to lines this kernel does not touch again (a looped row's second read, and
+ * the output written with it): marked evict-first (.cs), so that they do not push out of the L2
+ * cache the lines still to be read again. */
+#if defined(__HIPCC__)
+DT_FN uint4 dt_load_once(const uint4* p) { return *p; }
+DT_FN void dt_store_once(uint4* p, uint4 v) { *p = v; }
+#else
+DT_FN uint4 dt_load_once(const uint4* p) {
+    uint4 v;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+DT_FN void dt_store_once(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+#endif
+
 /* Exchange within groups of `width` lanes (a power of two up to 32). */
 #if defined(__HIPCC__)
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }

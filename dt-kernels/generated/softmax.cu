@@ -109,6 +109,23 @@ DT_FN float dt_store_f32(float v) { return v; }
 DT_FN dt_f16 dt_store_f16(float v) { return dt_f32_to_f16(v); }
 DT_FN dt_bf16 dt_store_bf16(float v) { return dt_f32_to_bf16(v); }
 
+/* 16-byte accesses to lines this kernel does not touch again (a looped row's second read, and
+ * the output written with it): marked evict-first (.cs), so that they do not push out of the L2
+ * cache the lines still to be read again. */
+#if defined(__HIPCC__)
+DT_FN uint4 dt_load_once(const uint4* p) { return *p; }
+DT_FN void dt_store_once(uint4* p, uint4 v) { *p = v; }
+#else
+DT_FN uint4 dt_load_once(const uint4* p) {
+    uint4 v;
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+DT_FN void dt_store_once(uint4* p, uint4 v) {
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+#endif
+
 /* Exchange within groups of `width` lanes (a power of two up to 32). */
 #if defined(__HIPCC__)
 DT_FN float dt_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
@@ -2363,7 +2380,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             const int l73 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
             fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+            if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
         }
         for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
             uint4 q74[1];
@@ -2378,7 +2395,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                     const int l77 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
                     fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+                    if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
                 }
             }
             dt_f16s<8> v11; /* 16-bit values as loaded */
@@ -2434,7 +2451,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
                 const int l87 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
                     if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
                     if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
@@ -2822,7 +2839,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             const int l73 = (int)((unsigned)e / 1u % 8192u);
             const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
             fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+            if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
         }
         for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
             uint4 q74[1];
@@ -2837,7 +2854,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                     const int l77 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
                     fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn71[c]) qn70[c] = *(const uint4*)(in0 + a);
+                    if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
                 }
             }
             dt_bf16s<8> v11; /* 16-bit values as loaded */
@@ -2893,7 +2910,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
                 const int l87 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
                     if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
                     if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
@@ -3253,7 +3270,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l63 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l62) * (unsigned)args.input_strides[0][0] + (unsigned)(o61 + l63) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                    const uint4 q = *(const uint4*)(in0 + a);
+                    const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
@@ -3296,7 +3313,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
                 const int l71 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.output_strides[0] + (unsigned)(o61 + l71) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+                    dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
                     if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + l71) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
                     if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);

@@ -149,6 +149,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         plan,
         partials: Partials::default(),
         prefetched: Vec::new(),
+        once: false,
         cluster_arrived: false,
     };
     let t = c_type(dtype);
@@ -375,6 +376,9 @@ struct Emitter<'a> {
     partials: Partials,
     /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
     prefetched: Vec<(ValueId, String, String)>,
+    /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
+    /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
+    once: bool,
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
@@ -797,6 +801,26 @@ impl Emitter<'_> {
     /// Issues the 16-byte loads of a 16-bit tile of `input` read along `axes` at the current
     /// offsets into `q[c]`, with `fast[c]` saying which runs it loaded (the others are read one
     /// element at a time where they are unpacked).
+    /// A 16-byte load from `addr` (an element pointer) of an input indexed along `axes`. In a
+    /// `backward` loop, an input indexed along every dimension of the output (the row, not
+    /// layernorm's weights, which every row reads) is read for the last time.
+    fn vector_load(&self, addr: &str, axes: &[DimId]) -> String {
+        if self.once && self.k.output.dims.iter().all(|d| axes.contains(d)) {
+            format!("dt_load_once((const uint4*)({addr}))")
+        } else {
+            format!("*(const uint4*)({addr})")
+        }
+    }
+
+    /// A 16-byte store of `word` to `addr` (an element pointer).
+    fn vector_store(&self, addr: &str, word: &str) -> String {
+        if self.once {
+            format!("dt_store_once((uint4*)({addr}), {word})")
+        } else {
+            format!("*(uint4*)({addr}) = {word}")
+        }
+    }
+
     fn issue_vector_loads(&mut self, shape: &Shape, input: usize, axes: &[DimId], q: &str, fast: &str) {
         let v = self.vector_run(shape, axes).unwrap_or(1);
         let stride = |a: usize| input_stride(input, a);
@@ -807,7 +831,7 @@ impl Emitter<'_> {
                 super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
             e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
             e.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
-            e.line(&format!("if ({fast}[c]) {q}[c] = *(const uint4*)(in{input} + a);"));
+            e.line(&format!("if ({fast}[c]) {q}[c] = {};", e.vector_load(&format!("in{input} + a"), axes)));
         });
     }
 
@@ -1055,6 +1079,12 @@ impl Emitter<'_> {
                     e.line(&format!("{name}[r] = {rhs};"));
                 });
             }
+            Stmt::Loop(l) if l.backward && !self.once => {
+                self.once = true;
+                let done = self.stmt_body(s);
+                self.once = false;
+                done?;
+            }
             Stmt::Loop(l) => {
                 // No loop body waits on an arrival from before the loop (it would wait once per
                 // iteration).
@@ -1098,7 +1128,8 @@ impl Emitter<'_> {
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
                     e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
-                    e.line(&format!("    *(uint4*)(out + a) = make_uint4({});", words.join(", ")));
+                    let word = format!("make_uint4({})", words.join(", "));
+                    e.line(&format!("    {};", e.vector_store("out + a", &word)));
                     e.line("} else {");
                     for j in 0..v {
                         let (cond, _) =
@@ -1182,7 +1213,7 @@ impl Emitter<'_> {
                     let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
                     e.line(&format!("if ({}) {{", aligned(e, lanes)));
-                    e.line(&format!("    const uint4 q = *(const uint4*)(in{input} + a);"));
+                    e.line(&format!("    const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
                     for (j, w) in words.iter().enumerate() {
                         e.line(&format!("    {dst}[{base} + {j}] = {w};"));
                     }
