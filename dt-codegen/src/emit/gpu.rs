@@ -798,9 +798,6 @@ impl Emitter<'_> {
         }
     }
 
-    /// Issues the 16-byte loads of a 16-bit tile of `input` read along `axes` at the current
-    /// offsets into `q[c]`, with `fast[c]` saying which runs it loaded (the others are read one
-    /// element at a time where they are unpacked).
     /// A 16-byte load from `addr` (an element pointer) of an input indexed along `axes`. In a
     /// `backward` loop, an input indexed along every dimension of the output (the row, not
     /// layernorm's weights, which every row reads) is read for the last time.
@@ -821,6 +818,9 @@ impl Emitter<'_> {
         }
     }
 
+    /// Issues the 16-byte loads of a 16-bit tile of `input` read along `axes` at the current
+    /// offsets into `q[c]`, with `fast[c]` saying which runs it loaded (the others are read one
+    /// element at a time where they are unpacked).
     fn issue_vector_loads(&mut self, shape: &Shape, input: usize, axes: &[DimId], q: &str, fast: &str) {
         let v = self.vector_run(shape, axes).unwrap_or(1);
         let stride = |a: usize| input_stride(input, a);
@@ -1048,6 +1048,33 @@ impl Emitter<'_> {
         l.kind == LoopKind::Block && self.k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step)
     }
 
+    /// A loop: tensor-core pipelined, with its loads issued a step ahead, or plain.
+    fn loop_stmt(&mut self, l: &Loop) -> Result<(), EmitError> {
+        // No loop body waits on an arrival from before the loop (it would wait once per
+        // iteration).
+        self.settle_cluster();
+        if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
+            return self.pipelined_loop(l, id, &d);
+        }
+        let loads = self.prefetchable(l);
+        if !loads.is_empty() {
+            return self.pipelined_rows(l, &loads);
+        }
+        let o = self.fresh("o");
+        if !l.origin.is_empty() {
+            self.line(&format!("/* {} */", l.origin));
+        }
+        self.line(&super::loop_header(self.k, l, &o));
+        self.depth += 1;
+        self.offsets.push((l.dim, o));
+        self.stmts(&l.body)?;
+        self.settle_cluster();
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
     fn stmt_body(&mut self, s: &Stmt) -> Result<(), EmitError> {
         match s {
             Stmt::Let { value, op } => self.op(*value, op)?,
@@ -1079,35 +1106,13 @@ impl Emitter<'_> {
                     e.line(&format!("{name}[r] = {rhs};"));
                 });
             }
-            Stmt::Loop(l) if l.backward && !self.once => {
-                self.once = true;
-                let done = self.stmt_body(s);
-                self.once = false;
-                done?;
-            }
             Stmt::Loop(l) => {
-                // No loop body waits on an arrival from before the loop (it would wait once per
-                // iteration).
-                self.settle_cluster();
-                if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
-                    return self.pipelined_loop(l, id, &d);
-                }
-                let loads = self.prefetchable(l);
-                if !loads.is_empty() {
-                    return self.pipelined_rows(l, &loads);
-                }
-                let o = self.fresh("o");
-                if !l.origin.is_empty() {
-                    self.line(&format!("/* {} */", l.origin));
-                }
-                self.line(&super::loop_header(self.k, l, &o));
-                self.depth += 1;
-                self.offsets.push((l.dim, o));
-                self.stmts(&l.body)?;
-                self.settle_cluster();
-                self.offsets.pop();
-                self.depth -= 1;
-                self.line("}");
+                // Accesses inside a backward loop are the last to their lines (`once`).
+                let outer = self.once;
+                self.once |= l.backward;
+                let done = self.loop_stmt(l);
+                self.once = outer;
+                done?;
             }
             Stmt::Store { value, tile }
                 if self.layout(*value) == RegLayout::Blocked

@@ -175,31 +175,40 @@ pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> Stri
     format!("for (long long {var} = {}; {}; {var} {advance} {}) {{", steps.first(), steps.in_range(var), l.step)
 }
 
-/// How the offset variable of a kernel-IR loop runs, as C expressions: up from the start of
-/// its range by the step, or (a `backward` loop) down from the last step's offset to the start.
+/// How the offset variable of a kernel-IR loop runs, as C expressions: a blocked dimension over
+/// this program's block, any other over the whole dimension; up from the start of that range by
+/// the step, or (a `backward` loop) down from the offset of its last step to the start.
 pub(crate) struct LoopSteps {
+    /// The first offset of the range.
     start: String,
+    /// The end of the range.
     end: String,
+    /// The offset of the range's last step.
+    last: String,
     step: u32,
     backward: bool,
 }
 
 impl LoopSteps {
     pub(crate) fn of(k: &Kernel, l: &dt_core::kir::Loop) -> Self {
-        let (start, end) = loop_range(k, l);
-        LoopSteps { start, end, step: l.step, backward: l.backward }
+        use dt_core::kir::LoopKind;
+        let slot = k.dim_slot(l.dim);
+        let (size, step) = (format!("s{slot}"), l.step);
+        let (start, end, last) = match l.kind {
+            LoopKind::Block => {
+                let b = k.grid.block_extent(l.dim).unwrap_or(1);
+                let (start, end) = (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"));
+                let last = format!("{start} + (dt_cdiv({end} - ({start}), {step}) - 1) * {step}");
+                (start, end, last)
+            }
+            LoopKind::Whole | LoopKind::Reduction => ("0".into(), size.clone(), format!("(dt_cdiv({size}, {step}) - 1) * {step}")),
+        };
+        LoopSteps { start, end, last, step, backward: l.backward }
     }
 
     /// The offset of the first iteration.
     pub(crate) fn first(&self) -> String {
-        let (start, end, step) = (&self.start, &self.end, self.step);
-        if self.backward && start == "0" {
-            format!("(dt_cdiv({end}, {step}) - 1) * {step}")
-        } else if self.backward {
-            format!("{start} + (dt_cdiv({end} - ({start}), {step}) - 1) * {step}")
-        } else {
-            start.clone()
-        }
+        if self.backward { self.last.clone() } else { self.start.clone() }
     }
 
     /// Whether offset `var` is an iteration of the loop.
@@ -215,20 +224,6 @@ impl LoopSteps {
     pub(crate) fn next(&self, var: &str) -> String {
         let sign = if self.backward { '-' } else { '+' };
         format!("{var} {sign} {}", self.step)
-    }
-}
-
-/// The first offset of a kernel-IR loop and the end of its range, as C expressions.
-pub(crate) fn loop_range(k: &Kernel, l: &dt_core::kir::Loop) -> (String, String) {
-    use dt_core::kir::LoopKind;
-    let slot = k.dim_slot(l.dim);
-    let size = format!("s{slot}");
-    match l.kind {
-        LoopKind::Block => {
-            let b = k.grid.block_extent(l.dim).unwrap_or(1);
-            (format!("b{slot} * {b}"), format!("dt_min_ll(b{slot} * {b} + {b}, {size})"))
-        }
-        LoopKind::Whole | LoopKind::Reduction => ("0".into(), size),
     }
 }
 
