@@ -145,7 +145,14 @@ impl Machine<'_> {
                             let (start, b) = (self.block_start(l.dim), self.k.grid.block_extent(l.dim).unwrap_or(1) as usize);
                             (start, (start + b).min(size))
                         }
-                        LoopKind::Whole | LoopKind::Reduction => (0, size),
+                        LoopKind::Whole | LoopKind::Reduction => {
+                            let full = size - size % l.step as usize;
+                            match l.steps {
+                                Steps::All => (0, size),
+                                Steps::Full => (0, full),
+                                Steps::Partial => (full, size),
+                            }
+                        }
                     };
                     let offsets = (start..end).step_by(l.step as usize);
                     let offsets: Vec<usize> = if l.backward { offsets.rev().collect() } else { offsets.collect() };

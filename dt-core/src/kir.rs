@@ -160,6 +160,19 @@ pub enum LoopKind {
     Reduction,
 }
 
+/// Which steps of a `whole` or `reduce` loop over a dimension of size `n` run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steps {
+    /// Every step: offsets `0, step, ..` below `n`.
+    All,
+    /// The steps whose tile lies wholly inside the dimension: offsets below `n - n % step`.
+    /// Every lane along the loop's dimension is valid there.
+    Full,
+    /// The step whose tile reaches past the end, if any: offset `n - n % step` where `n % step`
+    /// is not 0.
+    Partial,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Loop {
     pub dim: DimId,
@@ -170,6 +183,8 @@ pub struct Loop {
     pub stages: u32,
     /// Runs from its last step to its first (pass `reverse`).
     pub backward: bool,
+    /// Which of its steps the loop runs (pass `full_steps`).
+    pub steps: Steps,
     /// The schedule primitives that made this loop.
     pub origin: String,
     pub body: Vec<Stmt>,
@@ -321,23 +336,25 @@ impl Kernel {
     }
     /// How many times each value is read (by operations, updates and stores), by value id.
     pub fn use_counts(&self) -> Vec<usize> {
-        fn walk(stmts: &[Stmt], n: &mut [usize]) {
-            for s in stmts {
-                match s {
-                    Stmt::Let { op, .. } => op.operands().into_iter().for_each(|o| n[o.0 as usize] += 1),
-                    Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
-                    Stmt::Loop(l) => walk(&l.body, n),
-                    Stmt::Init { .. } => {}
-                }
-            }
-        }
         let mut n = vec![0; self.values.len()];
-        walk(&self.body, &mut n);
+        count_uses(&self.body, &mut n);
         n
     }
     /// Largest number of elements of any tile: what a program holds at once per value.
     pub fn max_tile_elements(&self) -> usize {
         self.values.iter().map(|v| v.shape.elements()).chain(self.vars.iter().map(|s| s.elements())).max().unwrap_or(1)
+    }
+}
+
+/// Adds to `n[v]` the reads of each value `v` in `stmts` (nested loops included).
+pub fn count_uses(stmts: &[Stmt], n: &mut [usize]) {
+    for s in stmts {
+        match s {
+            Stmt::Let { op, .. } => op.operands().into_iter().for_each(|o| n[o.0 as usize] += 1),
+            Stmt::Update { value, .. } | Stmt::Store { value, .. } => n[value.0 as usize] += 1,
+            Stmt::Loop(l) => count_uses(&l.body, n),
+            Stmt::Init { .. } => {}
+        }
     }
 }
 
@@ -473,7 +490,18 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
                 };
                 let stages = if l.stages > 1 { format!(", pipelined {}", l.stages) } else { String::new() };
                 let backward = if l.backward { ", backward" } else { "" };
-                let _ = writeln!(out, "{pad}for {} step {} ({kind}{stages}{backward}):{}", k.dim_name(l.dim), l.step, comment(&l.origin));
+                let steps = match l.steps {
+                    Steps::All => "",
+                    Steps::Full => ", full steps",
+                    Steps::Partial => ", partial step",
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}for {} step {} ({kind}{stages}{backward}{steps}):{}",
+                    k.dim_name(l.dim),
+                    l.step,
+                    comment(&l.origin)
+                );
                 print_stmts(k, &l.body, depth + 1, out);
             }
             Stmt::Store { value, tile } => {

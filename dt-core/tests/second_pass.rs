@@ -2,7 +2,7 @@
 //! first, right after its statistics read the row from first to last, so that the second read
 //! starts where the L2 cache is warm. The order changes no result.
 
-use dt_core::kir::{Kernel, Loop, LoopKind, Stmt};
+use dt_core::kir::{Kernel, Loop, LoopKind, Steps, Stmt};
 use dt_core::tensor::{bind, Args, Tensor};
 use dt_core::DType;
 
@@ -45,10 +45,11 @@ fn all_loops(stmts: &[Stmt]) -> Vec<Loop> {
         .collect()
 }
 
-/// (kind, backward) of every loop over the row's columns.
+/// (kind, backward) of every loop over the row's columns (the full steps of each, where pass
+/// `full_steps` split it).
 fn column_loops(k: &Kernel) -> Vec<(LoopKind, bool)> {
     let y = k.dims.iter().find(|(_, n)| n == "y").map(|(d, _)| *d).expect("a dimension y");
-    all_loops(&k.body).into_iter().filter(|l| l.dim == y).map(|l| (l.kind, l.backward)).collect()
+    all_loops(&k.body).into_iter().filter(|l| l.dim == y && l.steps != Steps::Partial).map(|l| (l.kind, l.backward)).collect()
 }
 
 #[test]

@@ -838,7 +838,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 229393);
+    float* arena = (float*)malloc(sizeof(float) * 327699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -852,189 +852,264 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 213005)[l2] = (-INFINITY);
+                (arena + 311311)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 213007)[l5] = 0e0f;
+                (arena + 311313)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
                     }
                 }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
+                (arena + 237581)[0] = (-INFINITY);
+                (arena + 237582)[0] = 0e0f;
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
+                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
+                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
+                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
+                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
+                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
+                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
                     }
                 }
             }
-            for (long long l41 = 0; l41 < 1; l41++) {
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
+                    }
                 }
-            }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                float a45 = (-INFINITY);
-                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
-                (arena + 16384)[l43] = a45;
-            }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
-            }
-            for (long long l47 = 0; l47 < 1; l47++) {
-                (arena + 16385)[l47] = (arena + 213005)[l47];
-            }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_f16(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l50 = 0; l50 < 1; l50++) {
-                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
-            }
-            for (long long l52 = 0; l52 < 1; l52++) {
-                for (long long l53 = 0; l53 < 8192; l53++) {
-                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                for (long long l42 = 0; l42 < 1; l42++) {
+                    for (long long l43 = 0; l43 < 8192; l43++) {
+                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
+                    }
                 }
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                for (long long l55 = 0; l55 < 8192; l55++) {
-                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                for (long long l44 = 0; l44 < 1; l44++) {
+                    for (long long l45 = 0; l45 < 8192; l45++) {
+                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
+                    }
                 }
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                for (long long l57 = 0; l57 < 8192; l57++) {
-                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    for (long long l47 = 0; l47 < 8192; l47++) {
+                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
                 }
-            }
-            for (long long l58 = 0; l58 < 1; l58++) {
-                float a60 = 0e0f;
-                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
-                (arena + 49155)[l58] = a60;
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
-            }
-            for (long long l62 = 0; l62 < 1; l62++) {
-                (arena + 49156)[l62] = (arena + 213007)[l62];
-            }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
+                for (long long l48 = 0; l48 < 1; l48++) {
+                    for (long long l49 = 0; l49 < 8192; l49++) {
+                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    }
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 1; l52++) {
+                    for (long long l53 = 0; l53 < 8192; l53++) {
+                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    }
+                }
+                for (long long l54 = 0; l54 < 1; l54++) {
+                    for (long long l55 = 0; l55 < 8192; l55++) {
+                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                    }
+                }
+                for (long long l56 = 0; l56 < 1; l56++) {
+                    for (long long l57 = 0; l57 < 8192; l57++) {
+                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                    }
+                }
+                for (long long l58 = 0; l58 < 1; l58++) {
+                    for (long long l59 = 0; l59 < 8192; l59++) {
+                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                    }
+                }
+                for (long long l60 = 0; l60 < 1; l60++) {
+                    for (long long l61 = 0; l61 < 8192; l61++) {
+                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                    }
+                }
+                for (long long l62 = 0; l62 < 1; l62++) {
+                    for (long long l63 = 0; l63 < 8192; l63++) {
+                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                    }
+                }
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
                     }
                 }
                 for (long long l66 = 0; l66 < 1; l66++) {
                     for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
+                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
                     }
                 }
                 for (long long l68 = 0; l68 < 1; l68++) {
                     for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
+                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
                     }
                 }
-                for (long long l70 = 0; l70 < 1; l70++) {
-                    for (long long l71 = 0; l71 < 8192; l71++) {
-                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+            }
+            for (long long l70 = 0; l70 < 1; l70++) {
+                for (long long l71 = 0; l71 < 8192; l71++) {
+                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                }
+            }
+            for (long long l72 = 0; l72 < 1; l72++) {
+                float a74 = (-INFINITY);
+                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
+                (arena + 16384)[l72] = a74;
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 16385)[l76] = (arena + 311311)[l76];
+            }
+            for (long long l77 = 0; l77 < 1; l77++) {
+                for (long long l78 = 0; l78 < 8192; l78++) {
+                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l79 = 0; l79 < 1; l79++) {
+                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l80 = 0; l80 < 1; l80++) {
+                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
+            }
+            for (long long l81 = 0; l81 < 1; l81++) {
+                for (long long l82 = 0; l82 < 8192; l82++) {
+                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                }
+            }
+            for (long long l83 = 0; l83 < 1; l83++) {
+                for (long long l84 = 0; l84 < 8192; l84++) {
+                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                }
+            }
+            for (long long l85 = 0; l85 < 1; l85++) {
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                }
+            }
+            for (long long l87 = 0; l87 < 1; l87++) {
+                float a89 = 0e0f;
+                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
+                (arena + 49155)[l87] = a89;
+            }
+            for (long long l90 = 0; l90 < 1; l90++) {
+                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+            }
+            for (long long l91 = 0; l91 < 1; l91++) {
+                (arena + 49156)[l91] = (arena + 311313)[l91];
+            }
+            /* softmax.tensorize(y:8192) num_stages(2) */
+            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_f16(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l72 = 0; l72 < 1; l72++) {
-                    for (long long l73 = 0; l73 < 8192; l73++) {
-                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l72 * 8192 + l73]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                    }
+                }
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                    }
+                }
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                    }
+                }
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_f16((arena + 73735)[l101 * 8192 + l102]);
                     }
                 }
             }
@@ -1049,7 +1124,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 229393);
+    float* arena = (float*)malloc(sizeof(float) * 327699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1063,189 +1138,264 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 213005)[l2] = (-INFINITY);
+                (arena + 311311)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 213007)[l5] = 0e0f;
+                (arena + 311313)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
                     }
                 }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
+                (arena + 237581)[0] = (-INFINITY);
+                (arena + 237582)[0] = 0e0f;
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
+                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
+                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
+                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
+                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
+                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
+                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
                     }
                 }
             }
-            for (long long l41 = 0; l41 < 1; l41++) {
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
+                    }
                 }
-            }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                float a45 = (-INFINITY);
-                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
-                (arena + 16384)[l43] = a45;
-            }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
-            }
-            for (long long l47 = 0; l47 < 1; l47++) {
-                (arena + 16385)[l47] = (arena + 213005)[l47];
-            }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_bf16(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l50 = 0; l50 < 1; l50++) {
-                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
-            }
-            for (long long l52 = 0; l52 < 1; l52++) {
-                for (long long l53 = 0; l53 < 8192; l53++) {
-                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                for (long long l42 = 0; l42 < 1; l42++) {
+                    for (long long l43 = 0; l43 < 8192; l43++) {
+                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
+                    }
                 }
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                for (long long l55 = 0; l55 < 8192; l55++) {
-                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                for (long long l44 = 0; l44 < 1; l44++) {
+                    for (long long l45 = 0; l45 < 8192; l45++) {
+                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
+                    }
                 }
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                for (long long l57 = 0; l57 < 8192; l57++) {
-                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    for (long long l47 = 0; l47 < 8192; l47++) {
+                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
                 }
-            }
-            for (long long l58 = 0; l58 < 1; l58++) {
-                float a60 = 0e0f;
-                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
-                (arena + 49155)[l58] = a60;
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
-            }
-            for (long long l62 = 0; l62 < 1; l62++) {
-                (arena + 49156)[l62] = (arena + 213007)[l62];
-            }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
+                for (long long l48 = 0; l48 < 1; l48++) {
+                    for (long long l49 = 0; l49 < 8192; l49++) {
+                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    }
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 1; l52++) {
+                    for (long long l53 = 0; l53 < 8192; l53++) {
+                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    }
+                }
+                for (long long l54 = 0; l54 < 1; l54++) {
+                    for (long long l55 = 0; l55 < 8192; l55++) {
+                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                    }
+                }
+                for (long long l56 = 0; l56 < 1; l56++) {
+                    for (long long l57 = 0; l57 < 8192; l57++) {
+                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                    }
+                }
+                for (long long l58 = 0; l58 < 1; l58++) {
+                    for (long long l59 = 0; l59 < 8192; l59++) {
+                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                    }
+                }
+                for (long long l60 = 0; l60 < 1; l60++) {
+                    for (long long l61 = 0; l61 < 8192; l61++) {
+                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                    }
+                }
+                for (long long l62 = 0; l62 < 1; l62++) {
+                    for (long long l63 = 0; l63 < 8192; l63++) {
+                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                    }
+                }
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_bf16(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
                     }
                 }
                 for (long long l66 = 0; l66 < 1; l66++) {
                     for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
+                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
                     }
                 }
                 for (long long l68 = 0; l68 < 1; l68++) {
                     for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
+                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
                     }
                 }
-                for (long long l70 = 0; l70 < 1; l70++) {
-                    for (long long l71 = 0; l71 < 8192; l71++) {
-                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+            }
+            for (long long l70 = 0; l70 < 1; l70++) {
+                for (long long l71 = 0; l71 < 8192; l71++) {
+                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                }
+            }
+            for (long long l72 = 0; l72 < 1; l72++) {
+                float a74 = (-INFINITY);
+                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
+                (arena + 16384)[l72] = a74;
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 16385)[l76] = (arena + 311311)[l76];
+            }
+            for (long long l77 = 0; l77 < 1; l77++) {
+                for (long long l78 = 0; l78 < 8192; l78++) {
+                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l79 = 0; l79 < 1; l79++) {
+                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l80 = 0; l80 < 1; l80++) {
+                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
+            }
+            for (long long l81 = 0; l81 < 1; l81++) {
+                for (long long l82 = 0; l82 < 8192; l82++) {
+                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                }
+            }
+            for (long long l83 = 0; l83 < 1; l83++) {
+                for (long long l84 = 0; l84 < 8192; l84++) {
+                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                }
+            }
+            for (long long l85 = 0; l85 < 1; l85++) {
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                }
+            }
+            for (long long l87 = 0; l87 < 1; l87++) {
+                float a89 = 0e0f;
+                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
+                (arena + 49155)[l87] = a89;
+            }
+            for (long long l90 = 0; l90 < 1; l90++) {
+                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+            }
+            for (long long l91 = 0; l91 < 1; l91++) {
+                (arena + 49156)[l91] = (arena + 311313)[l91];
+            }
+            /* softmax.tensorize(y:8192) num_stages(2) */
+            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_bf16(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l72 = 0; l72 < 1; l72++) {
-                    for (long long l73 = 0; l73 < 8192; l73++) {
-                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l72 * 8192 + l73]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                    }
+                }
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                    }
+                }
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                    }
+                }
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_bf16((arena + 73735)[l101 * 8192 + l102]);
                     }
                 }
             }
@@ -1260,7 +1410,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 229393);
+    float* arena = (float*)malloc(sizeof(float) * 327699);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1274,189 +1424,264 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 213005)[l2] = (-INFINITY);
+                (arena + 311311)[l2] = (-INFINITY);
             }
             /* partial rmax over y, lane by lane */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 8192; l4++) {
-                    (arena + 213009)[l3 * 8192 + l4] = (-INFINITY);
+                    (arena + 311315)[l3 * 8192 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 213007)[l5] = 0e0f;
+                (arena + 311313)[l5] = 0e0f;
             }
             /* partial rsum over y, lane by lane */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 8192; l7++) {
-                    (arena + 221201)[l6 * 8192 + l7] = 0e0f;
+                    (arena + 319507)[l6 * 8192 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-            for (long long o8 = 0; o8 < s1; o8 += 8192) {
+            for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 8192; l10++) {
-                        (arena + 98311)[l9 * 8192 + l10] = (arena + 213009)[l9 * 8192 + l10];
+                        (arena + 213005)[l9 * 8192 + l10] = (arena + 311315)[l9 * 8192 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 8192; l12++) {
-                        (arena + 0)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 221197)[l11 * 8192 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 8192; l14++) {
-                        (arena + 213009)[l13 * 8192 + l14] = fmaxf((arena + 213009)[l13 * 8192 + l14], (arena + 0)[l13 * 8192 + l14]);
+                        (arena + 311315)[l13 * 8192 + l14] = fmaxf((arena + 311315)[l13 * 8192 + l14], (arena + 221197)[l13 * 8192 + l14]);
                     }
                 }
                 for (long long l15 = 0; l15 < 1; l15++) {
                     for (long long l16 = 0; l16 < 8192; l16++) {
-                        (arena + 106503)[l15 * 8192 + l16] = (arena + 213009)[l15 * 8192 + l16];
+                        (arena + 229389)[l15 * 8192 + l16] = (arena + 311315)[l15 * 8192 + l16];
                     }
                 }
-                (arena + 114695)[0] = (-INFINITY);
-                (arena + 114696)[0] = 0e0f;
+                (arena + 237581)[0] = (-INFINITY);
+                (arena + 237582)[0] = 0e0f;
                 for (long long l17 = 0; l17 < 1; l17++) {
                     for (long long l18 = 0; l18 < 8192; l18++) {
-                        (arena + 114697)[l17 * 8192 + l18] = (((arena + 106503)[l17 * 8192 + l18]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                        (arena + 237583)[l17 * 8192 + l18] = (((arena + 229389)[l17 * 8192 + l18]) == ((arena + 237581)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l19 = 0; l19 < 1; l19++) {
                     for (long long l20 = 0; l20 < 8192; l20++) {
-                        (arena + 122889)[l19 * 8192 + l20] = (arena + 114697)[l19 * 8192 + l20] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l19 * 8192 + l20];
+                        (arena + 245775)[l19 * 8192 + l20] = (arena + 237583)[l19 * 8192 + l20] != 0.0f ? (arena + 237582)[0] : (arena + 229389)[l19 * 8192 + l20];
                     }
                 }
                 for (long long l21 = 0; l21 < 1; l21++) {
                     for (long long l22 = 0; l22 < 8192; l22++) {
-                        (arena + 131081)[l21 * 8192 + l22] = ((arena + 98311)[l21 * 8192 + l22] - (arena + 122889)[l21 * 8192 + l22]);
+                        (arena + 253967)[l21 * 8192 + l22] = ((arena + 213005)[l21 * 8192 + l22] - (arena + 245775)[l21 * 8192 + l22]);
                     }
                 }
                 for (long long l23 = 0; l23 < 1; l23++) {
                     for (long long l24 = 0; l24 < 8192; l24++) {
-                        (arena + 139273)[l23 * 8192 + l24] = expf((arena + 131081)[l23 * 8192 + l24]);
+                        (arena + 262159)[l23 * 8192 + l24] = expf((arena + 253967)[l23 * 8192 + l24]);
                     }
                 }
                 for (long long l25 = 0; l25 < 1; l25++) {
                     for (long long l26 = 0; l26 < 8192; l26++) {
-                        (arena + 16386)[l25 * 8192 + l26] = (o8 + l26 < s1) ? (arena + 0)[l25 * 8192 + l26] : 0e0f;
+                        (arena + 270351)[l25 * 8192 + l26] = ((arena + 221197)[l25 * 8192 + l26] - (arena + 245775)[l25 * 8192 + l26]);
                     }
                 }
                 for (long long l27 = 0; l27 < 1; l27++) {
                     for (long long l28 = 0; l28 < 8192; l28++) {
-                        (arena + 24579)[l27 * 8192 + l28] = ((arena + 16386)[l27 * 8192 + l28] - (arena + 122889)[l27 * 8192 + l28]);
+                        (arena + 278543)[l27 * 8192 + l28] = expf((arena + 270351)[l27 * 8192 + l28]);
                     }
                 }
                 for (long long l29 = 0; l29 < 1; l29++) {
                     for (long long l30 = 0; l30 < 8192; l30++) {
-                        (arena + 32771)[l29 * 8192 + l30] = expf((arena + 24579)[l29 * 8192 + l30]);
+                        (arena + 286735)[l29 * 8192 + l30] = (arena + 319507)[l29 * 8192 + l30];
                     }
                 }
                 for (long long l31 = 0; l31 < 1; l31++) {
                     for (long long l32 = 0; l32 < 8192; l32++) {
-                        (arena + 40963)[l31 * 8192 + l32] = (o8 + l32 < s1) ? (arena + 32771)[l31 * 8192 + l32] : 0e0f;
+                        (arena + 294927)[l31 * 8192 + l32] = ((arena + 286735)[l31 * 8192 + l32] * (arena + 262159)[l31 * 8192 + l32]);
                     }
                 }
                 for (long long l33 = 0; l33 < 1; l33++) {
                     for (long long l34 = 0; l34 < 8192; l34++) {
-                        (arena + 147465)[l33 * 8192 + l34] = (arena + 221201)[l33 * 8192 + l34];
+                        (arena + 303119)[l33 * 8192 + l34] = ((arena + 294927)[l33 * 8192 + l34] + (arena + 278543)[l33 * 8192 + l34]);
                     }
                 }
                 for (long long l35 = 0; l35 < 1; l35++) {
                     for (long long l36 = 0; l36 < 8192; l36++) {
-                        (arena + 155657)[l35 * 8192 + l36] = ((arena + 147465)[l35 * 8192 + l36] * (arena + 139273)[l35 * 8192 + l36]);
-                    }
-                }
-                for (long long l37 = 0; l37 < 1; l37++) {
-                    for (long long l38 = 0; l38 < 8192; l38++) {
-                        (arena + 163849)[l37 * 8192 + l38] = ((arena + 155657)[l37 * 8192 + l38] + (arena + 40963)[l37 * 8192 + l38]);
-                    }
-                }
-                for (long long l39 = 0; l39 < 1; l39++) {
-                    for (long long l40 = 0; l40 < 8192; l40++) {
-                        (arena + 221201)[l39 * 8192 + l40] = (arena + 163849)[l39 * 8192 + l40];
+                        (arena + 319507)[l35 * 8192 + l36] = (arena + 303119)[l35 * 8192 + l36];
                     }
                 }
             }
-            for (long long l41 = 0; l41 < 1; l41++) {
-                for (long long l42 = 0; l42 < 8192; l42++) {
-                    (arena + 81927)[l41 * 8192 + l42] = (arena + 213009)[l41 * 8192 + l42];
+            /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
+            for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
+                for (long long l38 = 0; l38 < 1; l38++) {
+                    for (long long l39 = 0; l39 < 8192; l39++) {
+                        (arena + 98311)[l38 * 8192 + l39] = (arena + 311315)[l38 * 8192 + l39];
+                    }
                 }
-            }
-            for (long long l43 = 0; l43 < 1; l43++) {
-                float a45 = (-INFINITY);
-                for (long long r44 = 0; r44 < 8192; r44++) a45 = fmaxf(a45, (arena + 81927)[l43 * 8192 + r44 * 1]);
-                (arena + 16384)[l43] = a45;
-            }
-            for (long long l46 = 0; l46 < 1; l46++) {
-                (arena + 213005)[l46] = fmaxf((arena + 213005)[l46], (arena + 16384)[l46]);
-            }
-            for (long long l47 = 0; l47 < 1; l47++) {
-                (arena + 16385)[l47] = (arena + 213005)[l47];
-            }
-            for (long long l48 = 0; l48 < 1; l48++) {
-                for (long long l49 = 0; l49 < 8192; l49++) {
-                    (arena + 172041)[l48 * 8192 + l49] = (arena + 221201)[l48 * 8192 + l49];
+                for (long long l40 = 0; l40 < 1; l40++) {
+                    for (long long l41 = 0; l41 < 8192; l41++) {
+                        (arena + 0)[l40 * 8192 + l41] = (o1 + l40 < s0 && o37 + l41 < s1) ? dt_load_f32(in0[(o1 + l40) * args->input_strides[0][0] + (o37 + l41) * args->input_strides[0][1]]) : (-INFINITY);
+                    }
                 }
-            }
-            (arena + 188425)[0] = (-INFINITY);
-            (arena + 188426)[0] = 0e0f;
-            for (long long l50 = 0; l50 < 1; l50++) {
-                (arena + 188427)[l50] = (((arena + 16385)[l50]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
-            }
-            for (long long l51 = 0; l51 < 1; l51++) {
-                (arena + 188428)[l51] = (arena + 188427)[l51] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l51];
-            }
-            for (long long l52 = 0; l52 < 1; l52++) {
-                for (long long l53 = 0; l53 < 8192; l53++) {
-                    (arena + 188429)[l52 * 8192 + l53] = ((arena + 81927)[l52 * 8192 + l53] - (arena + 188428)[l52]);
+                for (long long l42 = 0; l42 < 1; l42++) {
+                    for (long long l43 = 0; l43 < 8192; l43++) {
+                        (arena + 311315)[l42 * 8192 + l43] = fmaxf((arena + 311315)[l42 * 8192 + l43], (arena + 0)[l42 * 8192 + l43]);
+                    }
                 }
-            }
-            for (long long l54 = 0; l54 < 1; l54++) {
-                for (long long l55 = 0; l55 < 8192; l55++) {
-                    (arena + 196621)[l54 * 8192 + l55] = expf((arena + 188429)[l54 * 8192 + l55]);
+                for (long long l44 = 0; l44 < 1; l44++) {
+                    for (long long l45 = 0; l45 < 8192; l45++) {
+                        (arena + 106503)[l44 * 8192 + l45] = (arena + 311315)[l44 * 8192 + l45];
+                    }
                 }
-            }
-            for (long long l56 = 0; l56 < 1; l56++) {
-                for (long long l57 = 0; l57 < 8192; l57++) {
-                    (arena + 204813)[l56 * 8192 + l57] = ((arena + 172041)[l56 * 8192 + l57] * (arena + 196621)[l56 * 8192 + l57]);
+                (arena + 114695)[0] = (-INFINITY);
+                (arena + 114696)[0] = 0e0f;
+                for (long long l46 = 0; l46 < 1; l46++) {
+                    for (long long l47 = 0; l47 < 8192; l47++) {
+                        (arena + 114697)[l46 * 8192 + l47] = (((arena + 106503)[l46 * 8192 + l47]) == ((arena + 114695)[0]) ? 1.0f : 0.0f);
+                    }
                 }
-            }
-            for (long long l58 = 0; l58 < 1; l58++) {
-                float a60 = 0e0f;
-                for (long long r59 = 0; r59 < 8192; r59++) a60 = a60 + (arena + 204813)[l58 * 8192 + r59 * 1];
-                (arena + 49155)[l58] = a60;
-            }
-            for (long long l61 = 0; l61 < 1; l61++) {
-                (arena + 213007)[l61] = (arena + 213007)[l61] + (arena + 49155)[l61];
-            }
-            for (long long l62 = 0; l62 < 1; l62++) {
-                (arena + 49156)[l62] = (arena + 213007)[l62];
-            }
-            /* softmax.tensorize(y:8192) num_stages(2) */
-            for (long long o63 = (dt_cdiv(s1, 8192) - 1) * 8192; o63 >= 0; o63 -= 8192) {
+                for (long long l48 = 0; l48 < 1; l48++) {
+                    for (long long l49 = 0; l49 < 8192; l49++) {
+                        (arena + 122889)[l48 * 8192 + l49] = (arena + 114697)[l48 * 8192 + l49] != 0.0f ? (arena + 114696)[0] : (arena + 106503)[l48 * 8192 + l49];
+                    }
+                }
+                for (long long l50 = 0; l50 < 1; l50++) {
+                    for (long long l51 = 0; l51 < 8192; l51++) {
+                        (arena + 131081)[l50 * 8192 + l51] = ((arena + 98311)[l50 * 8192 + l51] - (arena + 122889)[l50 * 8192 + l51]);
+                    }
+                }
+                for (long long l52 = 0; l52 < 1; l52++) {
+                    for (long long l53 = 0; l53 < 8192; l53++) {
+                        (arena + 139273)[l52 * 8192 + l53] = expf((arena + 131081)[l52 * 8192 + l53]);
+                    }
+                }
+                for (long long l54 = 0; l54 < 1; l54++) {
+                    for (long long l55 = 0; l55 < 8192; l55++) {
+                        (arena + 16386)[l54 * 8192 + l55] = (o37 + l55 < s1) ? (arena + 0)[l54 * 8192 + l55] : 0e0f;
+                    }
+                }
+                for (long long l56 = 0; l56 < 1; l56++) {
+                    for (long long l57 = 0; l57 < 8192; l57++) {
+                        (arena + 24579)[l56 * 8192 + l57] = ((arena + 16386)[l56 * 8192 + l57] - (arena + 122889)[l56 * 8192 + l57]);
+                    }
+                }
+                for (long long l58 = 0; l58 < 1; l58++) {
+                    for (long long l59 = 0; l59 < 8192; l59++) {
+                        (arena + 32771)[l58 * 8192 + l59] = expf((arena + 24579)[l58 * 8192 + l59]);
+                    }
+                }
+                for (long long l60 = 0; l60 < 1; l60++) {
+                    for (long long l61 = 0; l61 < 8192; l61++) {
+                        (arena + 40963)[l60 * 8192 + l61] = (o37 + l61 < s1) ? (arena + 32771)[l60 * 8192 + l61] : 0e0f;
+                    }
+                }
+                for (long long l62 = 0; l62 < 1; l62++) {
+                    for (long long l63 = 0; l63 < 8192; l63++) {
+                        (arena + 147465)[l62 * 8192 + l63] = (arena + 319507)[l62 * 8192 + l63];
+                    }
+                }
                 for (long long l64 = 0; l64 < 1; l64++) {
                     for (long long l65 = 0; l65 < 8192; l65++) {
-                        (arena + 49157)[l64 * 8192 + l65] = (o1 + l64 < s0 && o63 + l65 < s1) ? dt_load_f32(in0[(o1 + l64) * args->input_strides[0][0] + (o63 + l65) * args->input_strides[0][1]]) : 0e0f;
+                        (arena + 155657)[l64 * 8192 + l65] = ((arena + 147465)[l64 * 8192 + l65] * (arena + 139273)[l64 * 8192 + l65]);
                     }
                 }
                 for (long long l66 = 0; l66 < 1; l66++) {
                     for (long long l67 = 0; l67 < 8192; l67++) {
-                        (arena + 57350)[l66 * 8192 + l67] = ((arena + 49157)[l66 * 8192 + l67] - (arena + 16385)[l66]);
+                        (arena + 163849)[l66 * 8192 + l67] = ((arena + 155657)[l66 * 8192 + l67] + (arena + 40963)[l66 * 8192 + l67]);
                     }
                 }
                 for (long long l68 = 0; l68 < 1; l68++) {
                     for (long long l69 = 0; l69 < 8192; l69++) {
-                        (arena + 65542)[l68 * 8192 + l69] = expf((arena + 57350)[l68 * 8192 + l69]);
+                        (arena + 319507)[l68 * 8192 + l69] = (arena + 163849)[l68 * 8192 + l69];
                     }
                 }
-                for (long long l70 = 0; l70 < 1; l70++) {
-                    for (long long l71 = 0; l71 < 8192; l71++) {
-                        (arena + 73735)[l70 * 8192 + l71] = ((arena + 65542)[l70 * 8192 + l71] / (arena + 49156)[l70]);
+            }
+            for (long long l70 = 0; l70 < 1; l70++) {
+                for (long long l71 = 0; l71 < 8192; l71++) {
+                    (arena + 81927)[l70 * 8192 + l71] = (arena + 311315)[l70 * 8192 + l71];
+                }
+            }
+            for (long long l72 = 0; l72 < 1; l72++) {
+                float a74 = (-INFINITY);
+                for (long long r73 = 0; r73 < 8192; r73++) a74 = fmaxf(a74, (arena + 81927)[l72 * 8192 + r73 * 1]);
+                (arena + 16384)[l72] = a74;
+            }
+            for (long long l75 = 0; l75 < 1; l75++) {
+                (arena + 311311)[l75] = fmaxf((arena + 311311)[l75], (arena + 16384)[l75]);
+            }
+            for (long long l76 = 0; l76 < 1; l76++) {
+                (arena + 16385)[l76] = (arena + 311311)[l76];
+            }
+            for (long long l77 = 0; l77 < 1; l77++) {
+                for (long long l78 = 0; l78 < 8192; l78++) {
+                    (arena + 172041)[l77 * 8192 + l78] = (arena + 319507)[l77 * 8192 + l78];
+                }
+            }
+            (arena + 188425)[0] = (-INFINITY);
+            (arena + 188426)[0] = 0e0f;
+            for (long long l79 = 0; l79 < 1; l79++) {
+                (arena + 188427)[l79] = (((arena + 16385)[l79]) == ((arena + 188425)[0]) ? 1.0f : 0.0f);
+            }
+            for (long long l80 = 0; l80 < 1; l80++) {
+                (arena + 188428)[l80] = (arena + 188427)[l80] != 0.0f ? (arena + 188426)[0] : (arena + 16385)[l80];
+            }
+            for (long long l81 = 0; l81 < 1; l81++) {
+                for (long long l82 = 0; l82 < 8192; l82++) {
+                    (arena + 188429)[l81 * 8192 + l82] = ((arena + 81927)[l81 * 8192 + l82] - (arena + 188428)[l81]);
+                }
+            }
+            for (long long l83 = 0; l83 < 1; l83++) {
+                for (long long l84 = 0; l84 < 8192; l84++) {
+                    (arena + 196621)[l83 * 8192 + l84] = expf((arena + 188429)[l83 * 8192 + l84]);
+                }
+            }
+            for (long long l85 = 0; l85 < 1; l85++) {
+                for (long long l86 = 0; l86 < 8192; l86++) {
+                    (arena + 204813)[l85 * 8192 + l86] = ((arena + 172041)[l85 * 8192 + l86] * (arena + 196621)[l85 * 8192 + l86]);
+                }
+            }
+            for (long long l87 = 0; l87 < 1; l87++) {
+                float a89 = 0e0f;
+                for (long long r88 = 0; r88 < 8192; r88++) a89 = a89 + (arena + 204813)[l87 * 8192 + r88 * 1];
+                (arena + 49155)[l87] = a89;
+            }
+            for (long long l90 = 0; l90 < 1; l90++) {
+                (arena + 311313)[l90] = (arena + 311313)[l90] + (arena + 49155)[l90];
+            }
+            for (long long l91 = 0; l91 < 1; l91++) {
+                (arena + 49156)[l91] = (arena + 311313)[l91];
+            }
+            /* softmax.tensorize(y:8192) num_stages(2) */
+            for (long long o92 = (dt_cdiv(s1, 8192) - 1) * 8192; o92 >= 0; o92 -= 8192) {
+                for (long long l93 = 0; l93 < 1; l93++) {
+                    for (long long l94 = 0; l94 < 8192; l94++) {
+                        (arena + 49157)[l93 * 8192 + l94] = (o1 + l93 < s0 && o92 + l94 < s1) ? dt_load_f32(in0[(o1 + l93) * args->input_strides[0][0] + (o92 + l94) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
-                for (long long l72 = 0; l72 < 1; l72++) {
-                    for (long long l73 = 0; l73 < 8192; l73++) {
-                        if (o1 + l72 < s0 && o63 + l73 < s1) out[(o1 + l72) * args->output_strides[0] + (o63 + l73) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l72 * 8192 + l73]);
+                for (long long l95 = 0; l95 < 1; l95++) {
+                    for (long long l96 = 0; l96 < 8192; l96++) {
+                        (arena + 57350)[l95 * 8192 + l96] = ((arena + 49157)[l95 * 8192 + l96] - (arena + 16385)[l95]);
+                    }
+                }
+                for (long long l97 = 0; l97 < 1; l97++) {
+                    for (long long l98 = 0; l98 < 8192; l98++) {
+                        (arena + 65542)[l97 * 8192 + l98] = expf((arena + 57350)[l97 * 8192 + l98]);
+                    }
+                }
+                for (long long l99 = 0; l99 < 1; l99++) {
+                    for (long long l100 = 0; l100 < 8192; l100++) {
+                        (arena + 73735)[l99 * 8192 + l100] = ((arena + 65542)[l99 * 8192 + l100] / (arena + 49156)[l99]);
+                    }
+                }
+                for (long long l101 = 0; l101 < 1; l101++) {
+                    for (long long l102 = 0; l102 < 8192; l102++) {
+                        if (o1 + l101 < s0 && o92 + l102 < s1) out[(o1 + l101) * args->output_strides[0] + (o92 + l102) * args->output_strides[1]] = dt_store_f32((arena + 73735)[l101 * 8192 + l102]);
                     }
                 }
             }

@@ -318,7 +318,9 @@ DT_FN float dt_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
  * (tanh), under the rounding of an f16 or bf16 result. */
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
 DT_FN float dt_fast_log(float a) { return __logf(a); }
-DT_FN float dt_fast_div(float a, float b) { return __fdividef(a, b); }
+/* a * (1/b), as the approximate division computes it anyway: the reciprocal of a value every
+ * element divides by (a row's sum) is then computed once, not per element. */
+DT_FN float dt_fast_div(float a, float b) { return a * __fdividef(1.0f, b); }
 DT_FN float dt_fast_sigmoid(float a) { return __fdividef(1.0f, 1.0f + __expf(-a)); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_tanh(float a) { return tanhf(a); }
@@ -2070,20 +2072,185 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
-            if (o8 + 8192 < s1) {
+            if (o8 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l15 = (int)((unsigned)e / 8192u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
-                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((o8 + 8192) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = acc4[r];
+                }
+            }
+            dt_f16s<8> v40; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                if (f14[c]) {
+                    v40.w[c] = q13[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    v40.w[c] = dt_pack8(h);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v40[r]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = (-INFINITY);
+            }
+            float v43[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v43[r] = 0e0f;
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v39[r] - v45[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = dt_fast_exp(v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v40[r] - v45[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v49[r] = dt_fast_exp(v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v50[r] = acc5[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v50[r] * v47[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = (v51[r] + v49[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v52[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn46[1];
+        bool fn47[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l48 = (int)((unsigned)e / 8192u % 1u);
+            const int l49 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l48) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l49) * (unsigned)args.input_strides[0][1];
+            fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l48) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o45 = (s1 / 8192) * 8192; o45 < s1; o45 += 8192) {
+            uint4 q50[1];
+            bool f51[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q50[c] = qn46[c]; f51[c] = fn47[c]; }
+            if (o45 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l52 = (int)((unsigned)e / 8192u % 1u);
+                    const int l53 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)((o45 + 8192) + l53) * (unsigned)args.input_strides[0][1];
+                    fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)((o45 + 8192) + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v19[8];
@@ -2098,21 +2265,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                if (f14[c]) {
-                    v0.w[c] = q13[c];
+                const int l56 = (int)((unsigned)e / 8192u % 1u);
+                const int l57 = (int)((unsigned)e / 1u % 8192u);
+                if (f51[c]) {
+                    v0.w[c] = q50[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l56) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l57) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + l20) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
-                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[0] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + l57) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[1] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[2] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[3] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[4] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[5] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[6] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
+                    h[7] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xfc00u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2180,8 +2347,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l34 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o8 + l34) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l71 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o45 + l71) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[8];
@@ -2205,8 +2372,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o8 + l40) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l77 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o45 + l77) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v27[8];
@@ -2267,9 +2434,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a52 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a52 = fmaxf(a52, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a52;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
         }
         {
             const int r = 0, e = 0;
@@ -2355,9 +2522,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a66 = 0e0f;
-            for (int g = 0; g < 32; g++) a66 = a66 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a66;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
         }
         {
             const int r = 0, e = 0;
@@ -2371,52 +2538,52 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn70[1];
-        bool fn71[1];
+        uint4 qn107[1];
+        bool fn108[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l72 = (int)((unsigned)e / 8192u % 1u);
-            const int l73 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
-            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l109 = (int)((unsigned)e / 8192u % 1u);
+            const int l110 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l110) * (unsigned)args.input_strides[0][1];
+            fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
         }
-        for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
-            uint4 q74[1];
-            bool f75[1];
+        for (long long o106 = (dt_cdiv(s1, 8192) - 1) * 8192; o106 >= 0; o106 -= 8192) {
+            uint4 q111[1];
+            bool f112[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
-            if (o69 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q111[c] = qn107[c]; f112[c] = fn108[c]; }
+            if (o106 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l76 = (int)((unsigned)e / 8192u % 1u);
-                    const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
-                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l113 = (int)((unsigned)e / 8192u % 1u);
+                    const int l114 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)((o106 - 8192) + l114) * (unsigned)args.input_strides[0][1];
+                    fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l113) < (unsigned)s0 && (unsigned)((o106 - 8192) + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
                 }
             }
             dt_f16s<8> v11; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l78 = (int)((unsigned)e / 8192u % 1u);
-                const int l79 = (int)((unsigned)e / 1u % 8192u);
-                if (f75[c]) {
-                    v11.w[c] = q74[c];
+                const int l115 = (int)((unsigned)e / 8192u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 8192u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.input_strides[0][0] + (unsigned)(o69 + l79) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l116) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + l79) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + l116) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2447,20 +2614,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(const dt_args 
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l86 = (int)((unsigned)e / 8192u % 1u);
-                const int l87 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l123 = (int)((unsigned)e / 8192u % 1u);
+                const int l124 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l124) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + l124) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2529,20 +2696,185 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)((0) + (l12 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
             if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
         }
-        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
             uint4 q13[1];
             bool f14[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) { q13[c] = qn9[c]; f14[c] = fn10[c]; }
-            if (o8 + 8192 < s1) {
+            if (o8 + 8192 < (s1 / 8192) * 8192) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
                     const int l15 = (int)((unsigned)e / 8192u % 1u);
                     const int l16 = (int)((unsigned)e / 1u % 8192u);
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)((o8 + 8192) + l16) * (unsigned)args.input_strides[0][1];
-                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && (unsigned)((o8 + 8192) + (l16 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    fn10[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l15) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0;
                     if (fn10[c]) qn9[c] = *(const uint4*)(in0 + a);
+                }
+            }
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v39[r] = acc4[r];
+                }
+            }
+            dt_bf16s<8> v40; /* 16-bit values as loaded */
+            #pragma unroll
+            for (int c = 0; c < 1; c++) {
+                const int e = (c * 1024 + tid) * 8;
+                const int l19 = (int)((unsigned)e / 8192u % 1u);
+                const int l20 = (int)((unsigned)e / 1u % 8192u);
+                if (f14[c]) {
+                    v40.w[c] = q13[c];
+                } else {
+                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
+                    unsigned short h[8];
+                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    v40.w[c] = dt_pack8(h);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v40[r]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = (-INFINITY);
+            }
+            float v43[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v43[r] = 0e0f;
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v46[r] = (v39[r] - v45[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v47[r] = dt_fast_exp(v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v40[r] - v45[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v49[r] = dt_fast_exp(v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v50[r] = acc5[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v51[r] = (v50[r] * v47[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v52[r] = (v51[r] + v49[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    acc5[r] = v52[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass: loads one step ahead */
+        uint4 qn46[1];
+        bool fn47[1];
+        #pragma unroll
+        for (int c = 0; c < 1; c++) {
+            const int e = (c * 1024 + tid) * 8;
+            const int l48 = (int)((unsigned)e / 8192u % 1u);
+            const int l49 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l48) * (unsigned)args.input_strides[0][0] + (unsigned)(((s1 / 8192) * 8192) + l49) * (unsigned)args.input_strides[0][1];
+            fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l48) < (unsigned)s0 && (unsigned)(((s1 / 8192) * 8192) + (l49 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
+        }
+        for (long long o45 = (s1 / 8192) * 8192; o45 < s1; o45 += 8192) {
+            uint4 q50[1];
+            bool f51[1];
+            #pragma unroll
+            for (int c = 0; c < 1; c++) { q50[c] = qn46[c]; f51[c] = fn47[c]; }
+            if (o45 + 8192 < s1) {
+                #pragma unroll
+                for (int c = 0; c < 1; c++) {
+                    const int e = (c * 1024 + tid) * 8;
+                    const int l52 = (int)((unsigned)e / 8192u % 1u);
+                    const int l53 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l52) * (unsigned)args.input_strides[0][0] + (unsigned)((o45 + 8192) + l53) * (unsigned)args.input_strides[0][1];
+                    fn47[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l52) < (unsigned)s0 && (unsigned)((o45 + 8192) + (l53 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn47[c]) qn46[c] = *(const uint4*)(in0 + a);
                 }
             }
             float v19[8];
@@ -2557,21 +2889,21 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l19 = (int)((unsigned)e / 8192u % 1u);
-                const int l20 = (int)((unsigned)e / 1u % 8192u);
-                if (f14[c]) {
-                    v0.w[c] = q13[c];
+                const int l56 = (int)((unsigned)e / 8192u % 1u);
+                const int l57 = (int)((unsigned)e / 1u % 8192u);
+                if (f51[c]) {
+                    v0.w[c] = q50[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l20) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l56) * (unsigned)args.input_strides[0][0] + (unsigned)(o45 + l57) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + l20) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[1] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[2] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[3] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[4] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[5] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[6] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
-                    h[7] = ((unsigned)(o1 + l19) < (unsigned)s0 && (unsigned)(o8 + (l20 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[0] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + l57) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[1] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[2] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[3] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[4] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[5] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[6] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
+                    h[7] = ((unsigned)(o1 + l56) < (unsigned)s0 && (unsigned)(o45 + (l57 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0xff80u;
                     v0.w[c] = dt_pack8(h);
                 }
             }
@@ -2639,8 +2971,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l34 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o8 + l34) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l71 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o45 + l71) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[8];
@@ -2664,8 +2996,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    const int l40 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o8 + l40) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l77 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o45 + l77) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v27[8];
@@ -2726,9 +3058,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a52 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a52 = fmaxf(a52, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a52;
+            float a89 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a89 = fmaxf(a89, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a89;
         }
         {
             const int r = 0, e = 0;
@@ -2814,9 +3146,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a66 = 0e0f;
-            for (int g = 0; g < 32; g++) a66 = a66 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a66;
+            float a103 = 0e0f;
+            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a103;
         }
         {
             const int r = 0, e = 0;
@@ -2830,52 +3162,52 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) num_stages(2): loads one step ahead */
-        uint4 qn70[1];
-        bool fn71[1];
+        uint4 qn107[1];
+        bool fn108[1];
         #pragma unroll
         for (int c = 0; c < 1; c++) {
             const int e = (c * 1024 + tid) * 8;
-            const int l72 = (int)((unsigned)e / 8192u % 1u);
-            const int l73 = (int)((unsigned)e / 1u % 8192u);
-            const unsigned a = (unsigned)(o1 + l72) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l73) * (unsigned)args.input_strides[0][1];
-            fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l72) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l73 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-            if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
+            const int l109 = (int)((unsigned)e / 8192u % 1u);
+            const int l110 = (int)((unsigned)e / 1u % 8192u);
+            const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + l110) * (unsigned)args.input_strides[0][1];
+            fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l109) < (unsigned)s0 && (unsigned)(((dt_cdiv(s1, 8192) - 1) * 8192) + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+            if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
         }
-        for (long long o69 = (dt_cdiv(s1, 8192) - 1) * 8192; o69 >= 0; o69 -= 8192) {
-            uint4 q74[1];
-            bool f75[1];
+        for (long long o106 = (dt_cdiv(s1, 8192) - 1) * 8192; o106 >= 0; o106 -= 8192) {
+            uint4 q111[1];
+            bool f112[1];
             #pragma unroll
-            for (int c = 0; c < 1; c++) { q74[c] = qn70[c]; f75[c] = fn71[c]; }
-            if (o69 - 8192 >= 0) {
+            for (int c = 0; c < 1; c++) { q111[c] = qn107[c]; f112[c] = fn108[c]; }
+            if (o106 - 8192 >= 0) {
                 #pragma unroll
                 for (int c = 0; c < 1; c++) {
                     const int e = (c * 1024 + tid) * 8;
-                    const int l76 = (int)((unsigned)e / 8192u % 1u);
-                    const int l77 = (int)((unsigned)e / 1u % 8192u);
-                    const unsigned a = (unsigned)(o1 + l76) * (unsigned)args.input_strides[0][0] + (unsigned)((o69 - 8192) + l77) * (unsigned)args.input_strides[0][1];
-                    fn71[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l76) < (unsigned)s0 && (unsigned)((o69 - 8192) + (l77 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                    if (fn71[c]) qn70[c] = dt_load_once((const uint4*)(in0 + a));
+                    const int l113 = (int)((unsigned)e / 8192u % 1u);
+                    const int l114 = (int)((unsigned)e / 1u % 8192u);
+                    const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)((o106 - 8192) + l114) * (unsigned)args.input_strides[0][1];
+                    fn108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l113) < (unsigned)s0 && (unsigned)((o106 - 8192) + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                    if (fn108[c]) qn107[c] = dt_load_once((const uint4*)(in0 + a));
                 }
             }
             dt_bf16s<8> v11; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l78 = (int)((unsigned)e / 8192u % 1u);
-                const int l79 = (int)((unsigned)e / 1u % 8192u);
-                if (f75[c]) {
-                    v11.w[c] = q74[c];
+                const int l115 = (int)((unsigned)e / 8192u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 8192u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l78) * (unsigned)args.input_strides[0][0] + (unsigned)(o69 + l79) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l116) * (unsigned)args.input_strides[0][1];
                     unsigned short h[8];
-                    h[0] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + l79) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[1] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[2] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[3] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[4] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[5] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[6] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
-                    h[7] = ((unsigned)(o1 + l78) < (unsigned)s0 && (unsigned)(o69 + (l79 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[0] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + l116) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[1] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[2] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[3] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[4] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[5] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[6] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                    h[7] = ((unsigned)(o1 + l115) < (unsigned)s0 && (unsigned)(o106 + (l116 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
                     v11.w[c] = dt_pack8(h);
                 }
             }
@@ -2906,20 +3238,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(const dt_args
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l86 = (int)((unsigned)e / 8192u % 1u);
-                const int l87 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l86) * (unsigned)args.output_strides[0] + (unsigned)(o69 + l87) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l123 = (int)((unsigned)e / 8192u % 1u);
+                const int l124 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l124) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + l87) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o1 + l86) < (unsigned)s0 && (unsigned)(o69 + (l87 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + l124) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o1 + l123) < (unsigned)s0 && (unsigned)(o106 + (l124 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -2977,7 +3309,144 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             }
         }
         /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
-        for (long long o8 = 0; o8 < s1; o8 += 8192) {
+        for (long long o8 = 0; o8 < (s1 / 8192) * 8192; o8 += 8192) {
+            float v39[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v39[r] = acc4[r];
+                }
+            }
+            float v40[8];
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 1024 + tid) * 4;
+                const int l11 = (int)((unsigned)e / 8192u % 1u);
+                const int l12 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                    const uint4 q = *(const uint4*)(in0 + a);
+                    v40[c * 4 + 0] = __uint_as_float(q.x);
+                    v40[c * 4 + 1] = __uint_as_float(q.y);
+                    v40[c * 4 + 2] = __uint_as_float(q.z);
+                    v40[c * 4 + 3] = __uint_as_float(q.w);
+                } else {
+                    v40[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v40[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v40[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v40[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v40[r]);
+                }
+            }
+            float v41[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v41[r] = acc4[r];
+                }
+            }
+            float v42[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v42[r] = (-INFINITY);
+            }
+            float v43[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v43[r] = 0e0f;
+            }
+            float v44[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v44[r] = ((v41[r]) == (v42[0]) ? 1.0f : 0.0f);
+                }
+            }
+            float v45[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v45[r] = v44[r] != 0.0f ? v43[0] : v41[r];
+                }
+            }
+            float v46[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v46[r] = (v39[r] - v45[r]);
+                }
+            }
+            float v47[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v47[r] = expf(v46[r]);
+                }
+            }
+            float v48[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v40[r] - v45[r]);
+                }
+            }
+            float v49[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v49[r] = expf(v48[r]);
+                }
+            }
+            float v50[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v50[r] = acc5[r];
+                }
+            }
+            float v51[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v51[r] = (v50[r] * v47[r]);
+                }
+            }
+            float v52[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v52[r] = (v51[r] + v49[r]);
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc5[r] = v52[r];
+                }
+            }
+        }
+        /* rmax softmax.tensorize(y:8192) num_stages(2) + rsum softmax.tensorize(y:8192) num_stages(2), in one pass */
+        for (long long o37 = (s1 / 8192) * 8192; o37 < s1; o37 += 8192) {
             float v19[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
@@ -2990,20 +3459,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l11 = (int)((unsigned)e / 8192u % 1u);
-                const int l12 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l40 = (int)((unsigned)e / 8192u % 1u);
+                const int l41 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l40) * (unsigned)args.input_strides[0][0] + (unsigned)(o37 + l41) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
                     v0[c * 4 + 0] = __uint_as_float(q.x);
                     v0[c * 4 + 1] = __uint_as_float(q.y);
                     v0[c * 4 + 2] = __uint_as_float(q.z);
                     v0[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v0[c * 4 + 0] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + l12) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 1] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 2] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v0[c * 4 + 3] = ((unsigned)(o1 + l11) < (unsigned)s0 && (unsigned)(o8 + (l12 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 0] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + l41) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 1] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 2] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v0[c * 4 + 3] = ((unsigned)(o1 + l40) < (unsigned)s0 && (unsigned)(o37 + (l41 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             #pragma unroll
@@ -3070,8 +3539,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l26 = (int)((unsigned)e / 1u % 8192u);
-                    v4[r] = ((unsigned)(o8 + l26) < (unsigned)s1) ? v0[r] : 0e0f;
+                    const int l55 = (int)((unsigned)e / 1u % 8192u);
+                    v4[r] = ((unsigned)(o37 + l55) < (unsigned)s1) ? v0[r] : 0e0f;
                 }
             }
             float v6[8];
@@ -3095,8 +3564,8 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    const int l32 = (int)((unsigned)e / 1u % 8192u);
-                    v8[r] = ((unsigned)(o8 + l32) < (unsigned)s1) ? v7[r] : 0e0f;
+                    const int l61 = (int)((unsigned)e / 1u % 8192u);
+                    v8[r] = ((unsigned)(o37 + l61) < (unsigned)s1) ? v7[r] : 0e0f;
                 }
             }
             float v27[8];
@@ -3157,9 +3626,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a44 = (-INFINITY);
-            for (int g = 0; g < 32; g++) a44 = fmaxf(a44, ((dt_smem + 0) + 0)[g * 1 + e]);
-            v2[r] = a44;
+            float a73 = (-INFINITY);
+            for (int g = 0; g < 32; g++) a73 = fmaxf(a73, ((dt_smem + 0) + 0)[g * 1 + e]);
+            v2[r] = a73;
         }
         {
             const int r = 0, e = 0;
@@ -3245,9 +3714,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a58 = 0e0f;
-            for (int g = 0; g < 32; g++) a58 = a58 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a58;
+            float a87 = 0e0f;
+            for (int g = 0; g < 32; g++) a87 = a87 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a87;
         }
         {
             const int r = 0, e = 0;
@@ -3261,25 +3730,25 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             v10[r] = acc2[r];
         }
         /* softmax.tensorize(y:8192) num_stages(2) */
-        for (long long o61 = (dt_cdiv(s1, 8192) - 1) * 8192; o61 >= 0; o61 -= 8192) {
+        for (long long o90 = (dt_cdiv(s1, 8192) - 1) * 8192; o90 >= 0; o90 -= 8192) {
             float v11[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l62 = (int)((unsigned)e / 8192u % 1u);
-                const int l63 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l62) * (unsigned)args.input_strides[0][0] + (unsigned)(o61 + l63) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l91 = (int)((unsigned)e / 8192u % 1u);
+                const int l92 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l91) * (unsigned)args.input_strides[0][0] + (unsigned)(o90 + l92) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + l63) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o1 + l62) < (unsigned)s0 && (unsigned)(o61 + (l63 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + l92) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o1 + l91) < (unsigned)s0 && (unsigned)(o90 + (l92 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
             float v13[8];
@@ -3309,16 +3778,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(const dt_args 
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l70 = (int)((unsigned)e / 8192u % 1u);
-                const int l71 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l70) * (unsigned)args.output_strides[0] + (unsigned)(o61 + l71) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l99 = (int)((unsigned)e / 8192u % 1u);
+                const int l100 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.output_strides[0] + (unsigned)(o90 + l100) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + l71) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o1 + l70) < (unsigned)s0 && (unsigned)(o61 + (l71 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + l100) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o1 + l99) < (unsigned)s0 && (unsigned)(o90 + (l100 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }

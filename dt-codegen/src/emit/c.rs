@@ -197,6 +197,7 @@ impl Emitter<'_> {
                         l,
                         |d| e.offset(d),
                         |a| format!("args->output_strides[{a}]"),
+                        &[],
                     );
                     e.line(&format!("if ({cond}) out[{addr}] = {store}({src}[{}]);", l.index(&vshape)));
                 });
@@ -235,6 +236,7 @@ impl Emitter<'_> {
                         l,
                         |d| e.offset(d),
                         |a| format!("args->input_strides[{input}][{a}]"),
+                        &[],
                     );
                     e.line(&format!("{dst}[{}] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};", l.index(&shape)));
                 });

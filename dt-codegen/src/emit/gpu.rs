@@ -150,6 +150,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect) -> 
         partials: Partials::default(),
         prefetched: Vec::new(),
         once: false,
+        full: Vec::new(),
         cluster_arrived: false,
     };
     let t = c_type(dtype);
@@ -379,6 +380,9 @@ struct Emitter<'a> {
     /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
     /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
     once: bool,
+    /// The dimensions whose full steps ([`Steps::Full`]) the printed code is in: every lane
+    /// along them is valid.
+    full: Vec<DimId>,
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
@@ -429,6 +433,12 @@ impl Emitter<'_> {
 
     fn offset(&self, d: DimId) -> String {
         self.offsets.iter().rev().find(|(x, _)| *x == d).map_or_else(|| super::start_offset(self.k, d), |(_, v)| v.clone())
+    }
+
+    /// The validity condition and element offset of an access along `dims` at `lanes` (see
+    /// [`super::masked_address`]), with no bound on a dimension whose full steps this is in.
+    fn address(&self, dims: &[DimId], lanes: &Lanes, stride: impl Fn(usize) -> String) -> (String, String) {
+        super::masked_address(super::GPU_INDEX, self.k, dims, lanes, |d| self.offset(d), stride, &self.full)
     }
 
     fn valid(&self, d: DimId, lane: &str) -> String {
@@ -826,9 +836,8 @@ impl Emitter<'_> {
         let stride = |a: usize| input_stride(input, a);
         let last = axes.len() - 1;
         self.for_runs(shape, v, |e, lanes, _| {
-            let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
-            let (end_ok, _) =
-                super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+            let (_, addr) = e.address(axes, lanes, stride);
+            let (end_ok, _) = e.address(axes, &lanes.shifted(axes[last], v - 1), stride);
             e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
             e.line(&format!("{fast}[c] = {} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0;", stride(last)));
             e.line(&format!("if ({fast}[c]) {q}[c] = {};", e.vector_load(&format!("in{input} + a"), axes)));
@@ -890,14 +899,14 @@ impl Emitter<'_> {
             }
         };
         self.for_runs(&shape, v, |e, lanes, _| {
-            let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
+            let (_, addr) = e.address(axes, lanes, stride);
             e.line(&format!("if ({fast}[c]) {{"));
             e.line(&format!("    {dst}.w[c] = {q}[c];"));
             e.line("} else {");
             e.line(&format!("    const {} a = {addr};", super::GPU_INDEX));
             e.line("    unsigned short h[8];");
             for j in 0..v {
-                let (cond, _) = super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                let (cond, _) = e.address(axes, &lanes.shifted(axes[last], j), stride);
                 e.line(&format!("    h[{j}] = ({cond}) ? in{input}[a + {j} * {}] : (unsigned short){bits:#06x}u;", stride(last)));
             }
             e.line(&format!("    {dst}.w[c] = dt_pack8(h);"));
@@ -970,6 +979,9 @@ impl Emitter<'_> {
         self.line(&super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
+        // Inside the loop, not before it: the first step's loads above are issued even where
+        // the loop has no full step.
+        let full = self.enter_steps(l);
         let mut current = Vec::new();
         for (p, (q, f, runs)) in loads.iter().zip(&names) {
             if !moving(p) {
@@ -993,10 +1005,21 @@ impl Emitter<'_> {
         self.stmts(&l.body)?;
         self.settle_cluster();
         self.prefetched.clear();
+        self.full.truncate(full);
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
+    /// there if it runs full steps; returns what to truncate [`Self::full`] to after the body.
+    fn enter_steps(&mut self, l: &Loop) -> usize {
+        let before = self.full.len();
+        if l.steps == Steps::Full {
+            self.full.push(l.dim);
+        }
+        before
     }
 
     fn declare(&mut self, name: &str, shape: &Shape) {
@@ -1067,8 +1090,10 @@ impl Emitter<'_> {
         self.line(&super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o));
+        let full = self.enter_steps(l);
         self.stmts(&l.body)?;
         self.settle_cluster();
+        self.full.truncate(full);
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");
@@ -1127,9 +1152,8 @@ impl Emitter<'_> {
                 let src = format!("v{}", value.0);
                 let words = self.pack_words(&src, v);
                 self.for_runs(tile, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, &dims, lanes, |d| e.offset(d), stride);
-                    let (end_ok, _) =
-                        super::masked_address(super::GPU_INDEX, e.k, &dims, &lanes.shifted(dims[last], v - 1), |d| e.offset(d), stride);
+                    let (_, addr) = e.address(&dims, lanes, stride);
+                    let (end_ok, _) = e.address(&dims, &lanes.shifted(dims[last], v - 1), stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
                     e.line(&format!("if ({} == 1 && {end_ok} && ((unsigned long long)(out + a) & 15) == 0) {{", stride(last)));
                     let words: Vec<String> = words.iter().map(|w| w.replace("BASE", &base)).collect();
@@ -1137,8 +1161,7 @@ impl Emitter<'_> {
                     e.line(&format!("    {};", e.vector_store("out + a", &word)));
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) =
-                            super::masked_address(super::GPU_INDEX, e.k, &dims, &lanes.shifted(dims[last], j), |d| e.offset(d), stride);
+                        let (cond, _) = e.address(&dims, &lanes.shifted(dims[last], j), stride);
                         e.line(&format!("    if ({cond}) out[a + {j} * {}] = {store}({src}[{base} + {j}]);", stride(last)));
                     }
                     e.line("}");
@@ -1153,14 +1176,7 @@ impl Emitter<'_> {
                 // A replicated tile is stored by one thread.
                 let writer = if layout == RegLayout::Replicated { "tid == 0 && " } else { "" };
                 self.for_owned(tile, layout, |e, l| {
-                    let (cond, addr) = super::masked_address(
-                        super::GPU_INDEX,
-                        e.k,
-                        &out_dims,
-                        l,
-                        |d| e.offset(d),
-                        output_stride,
-                    );
+                    let (cond, addr) = e.address(&out_dims, l, output_stride);
                     let v = e.read(&src[0], l);
                     e.line(&format!("if ({writer}{cond}) out[{addr}] = {store}({v});"));
                 });
@@ -1210,12 +1226,11 @@ impl Emitter<'_> {
                 // the compiler raised their register use and spilled under `max_registers` (f32
                 // DyT fell from 0.95 to 0.28 of a copy, docs/bench/h100.md).
                 let aligned = |e: &Self, lanes: &Lanes| {
-                    let (end_ok, _) =
-                        super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], v - 1), |d| e.offset(d), stride);
+                    let (end_ok, _) = e.address(axes, &lanes.shifted(axes[last], v - 1), stride);
                     format!("{} == 1 && {end_ok} && ((unsigned long long)(in{input} + a) & 15) == 0", stride(last))
                 };
                 self.for_runs(&shape, v, |e, lanes, base| {
-                    let (_, addr) = super::masked_address(super::GPU_INDEX, e.k, axes, lanes, |d| e.offset(d), stride);
+                    let (_, addr) = e.address(axes, lanes, stride);
                     e.line(&format!("const {} a = {addr};", super::GPU_INDEX));
                     e.line(&format!("if ({}) {{", aligned(e, lanes)));
                     e.line(&format!("    const uint4 q = {};", e.vector_load(&format!("in{input} + a"), axes)));
@@ -1224,8 +1239,7 @@ impl Emitter<'_> {
                     }
                     e.line("} else {");
                     for j in 0..v {
-                        let (cond, _) =
-                            super::masked_address(super::GPU_INDEX, e.k, axes, &lanes.shifted(axes[last], j), |d| e.offset(d), stride);
+                        let (cond, _) = e.address(axes, &lanes.shifted(axes[last], j), stride);
                         e.line(&format!("    {dst}[{base} + {j}] = ({cond}) ? {load}(in{input}[a + {j} * {}]) : {fill};", stride(last)));
                     }
                     e.line("}");
@@ -1236,14 +1250,7 @@ impl Emitter<'_> {
                 let load = format!("dt_load_{}", self.dtype.name());
                 let fill = float_lit(*fill);
                 self.for_owned(&shape, layout, |e, l| {
-                    let (cond, addr) = super::masked_address(
-                        super::GPU_INDEX,
-                        e.k,
-                        axes,
-                        l,
-                        |d| e.offset(d),
-                        |a| input_stride(*input, a),
-                    );
+                    let (cond, addr) = e.address(axes, l, |a| input_stride(*input, a));
                     e.line(&format!("{dst}[r] = ({cond}) ? {load}(in{input}[{addr}]) : {fill};"));
                 });
             }

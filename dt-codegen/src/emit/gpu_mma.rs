@@ -398,7 +398,6 @@ fn find_fusable(stmts: &[Stmt], fused: &mut Vec<(ValueId, VarId)>, direct: &mut 
     }
 }
 
-
 /// Whether every element of `v` is exactly representable in `dtype`, so staging it as 16-bit
 /// values loses nothing: loads (of `dtype` data), and those masked with a representable fill.
 fn exact<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
@@ -756,6 +755,7 @@ impl Emitter<'_> {
                 l,
                 |x| e.offset(x),
                 |a| super::input_stride(input, a),
+                &e.full,
             );
             e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
         };
@@ -795,6 +795,7 @@ impl Emitter<'_> {
                 &at_lane(" + 7"),
                 |x| e.offset(x),
                 |_| String::new(),
+                &e.full,
             );
             let first = at_lane("");
             let (_, addr) = super::super::masked_address(
@@ -804,6 +805,7 @@ impl Emitter<'_> {
                 &first,
                 |x| e.offset(x),
                 |a| super::input_stride(input, a),
+                &e.full,
             );
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;

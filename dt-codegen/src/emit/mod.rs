@@ -171,7 +171,7 @@ pub(crate) fn start_offset(k: &Kernel, d: dt_core::algo::DimId) -> String {
 /// over this program's block, any other over the whole dimension. Shared by every C emitter.
 pub(crate) fn loop_header(k: &Kernel, l: &dt_core::kir::Loop, var: &str) -> String {
     let steps = LoopSteps::of(k, l);
-    let advance = if l.backward { "-=" } else { "+=" };
+    let advance = if steps.backward { "-=" } else { "+=" };
     format!("for (long long {var} = {}; {}; {var} {advance} {}) {{", steps.first(), steps.in_range(var), l.step)
 }
 
@@ -191,7 +191,7 @@ pub(crate) struct LoopSteps {
 
 impl LoopSteps {
     pub(crate) fn of(k: &Kernel, l: &dt_core::kir::Loop) -> Self {
-        use dt_core::kir::LoopKind;
+        use dt_core::kir::{LoopKind, Steps};
         let slot = k.dim_slot(l.dim);
         let (size, step) = (format!("s{slot}"), l.step);
         let (start, end, last) = match l.kind {
@@ -201,14 +201,26 @@ impl LoopSteps {
                 let last = format!("{start} + (dt_cdiv({end} - ({start}), {step}) - 1) * {step}");
                 (start, end, last)
             }
-            LoopKind::Whole | LoopKind::Reduction => ("0".into(), size.clone(), format!("(dt_cdiv({size}, {step}) - 1) * {step}")),
+            LoopKind::Whole | LoopKind::Reduction => {
+                let full = format!("({size} / {step}) * {step}");
+                match l.steps {
+                    Steps::All => ("0".into(), size.clone(), format!("(dt_cdiv({size}, {step}) - 1) * {step}")),
+                    Steps::Full => ("0".into(), full.clone(), format!("{full} - {step}")),
+                    // At most one step: its direction does not matter.
+                    Steps::Partial => return LoopSteps { start: full.clone(), end: size, last: full, step, backward: false },
+                }
+            }
         };
         LoopSteps { start, end, last, step, backward: l.backward }
     }
 
     /// The offset of the first iteration.
     pub(crate) fn first(&self) -> String {
-        if self.backward { self.last.clone() } else { self.start.clone() }
+        if self.backward {
+            self.last.clone()
+        } else {
+            self.start.clone()
+        }
     }
 
     /// Whether offset `var` is an iteration of the loop.
@@ -250,7 +262,8 @@ pub(crate) fn in_bounds(index: &str, offset: &str, lane: &str, size: &str) -> St
 
 /// The validity condition and the element offset of a tensor access at the current lanes, both
 /// in C type `index`: axis `a` is indexed along `dims[a]` at `offset(dim) + lane`, times
-/// `stride(a)` (which the GPU emitter gives as `index` too).
+/// `stride(a)` (which the GPU emitter gives as `index` too). Dimensions in `inside` are known to
+/// hold every lane (the full steps of a loop) and are not checked.
 pub(crate) fn masked_address(
     index: &str,
     k: &Kernel,
@@ -258,8 +271,13 @@ pub(crate) fn masked_address(
     lanes: &Lanes,
     offset: impl Fn(dt_core::algo::DimId) -> String,
     stride: impl Fn(usize) -> String,
+    inside: &[dt_core::algo::DimId],
 ) -> (String, String) {
-    let conds: Vec<String> = dims.iter().map(|d| in_bounds(index, &offset(*d), lanes.lane(*d), &format!("s{}", k.dim_slot(*d)))).collect();
+    let conds: Vec<String> = dims
+        .iter()
+        .filter(|d| !inside.contains(d))
+        .map(|d| in_bounds(index, &offset(*d), lanes.lane(*d), &format!("s{}", k.dim_slot(*d))))
+        .collect();
     let addr: Vec<String> = dims
         .iter()
         .enumerate()

@@ -17,12 +17,15 @@
 //! 9. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
 //! 10. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
+//! 11. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
+//!     masks, and its partial last step, if any, with them; [`dead`] then runs again.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr).
 
 mod cse;
 mod dead;
 mod defer;
+mod full_steps;
 mod grid;
 mod layout;
 mod masks;
@@ -96,6 +99,9 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     log("layout", &kernel);
     reverse::reverse_second_passes(&mut kernel);
     log("reverse", &kernel);
+    full_steps::split_full_steps(&mut kernel);
+    dead::drop_dead_code(&mut kernel);
+    log("full_steps", &kernel);
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
         return Err(LowerError(format!(
             "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",

@@ -115,7 +115,7 @@ impl Builder<'_> {
         let body = self.stmts.pop().unwrap_or_default();
         let origin = origin.trim();
         let origin = if stages > 1 { format!("{origin} num_stages({stages})").trim().to_string() } else { origin.to_string() };
-        self.emit(Stmt::Loop(Loop { dim: d, kind, step, stages, backward: false, origin, body }));
+        self.emit(Stmt::Loop(Loop { dim: d, kind, step, stages, backward: false, steps: crate::kir::Steps::All, origin, body }));
     }
 
     /// Pipeline depth of the loop about to close over the chunks of a dimension (a whole

@@ -433,7 +433,16 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
             });
         }
     }
-    out.push(Stmt::Loop(Loop { dim, kind: LoopKind::Reduction, step: l1.step, stages: l1.stages, backward: false, origin, body }));
+    out.push(Stmt::Loop(Loop {
+        dim,
+        kind: LoopKind::Reduction,
+        step: l1.step,
+        stages: l1.stages,
+        backward: false,
+        steps: crate::kir::Steps::All,
+        origin,
+        body,
+    }));
     out.extend(kept);
     out.extend(after_loop);
     out
@@ -501,12 +510,15 @@ mod tests {
         (p, k)
     }
 
-    /// The reduction loops of the program's row, outermost statement list first.
+    /// The reduction loops of the program's row, outermost statement list first (the partial
+    /// step of a loop split by pass `full_steps` counts with its full steps).
     fn reduction_loops(stmts: &[Stmt]) -> usize {
         stmts
             .iter()
             .map(|s| match s {
-                Stmt::Loop(l) => usize::from(l.kind == LoopKind::Reduction) + reduction_loops(&l.body),
+                Stmt::Loop(l) => {
+                    usize::from(l.kind == LoopKind::Reduction && l.steps != crate::kir::Steps::Partial) + reduction_loops(&l.body)
+                }
                 _ => 0,
             })
             .sum()
