@@ -519,7 +519,8 @@ pub fn cuda_has_clusters(major: i32) -> bool {
 
 /// Whether kernel `name` is a size-class variant of the kernel `family`: the family's name
 /// itself, or that name followed by `_` and a class starting with a digit (`softmax_16k`). A
-/// library op runs the first variant, in the order of the spec, whose bounds admit the sizes.
+/// library op runs the first variant, in the order of the spec, built for the element type
+/// whose bounds admit the sizes.
 pub fn is_variant_of(name: &str, family: &str) -> bool {
     name == family
         || name

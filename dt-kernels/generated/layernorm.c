@@ -85,14 +85,14 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:2) */
-void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2) */
+void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
-    dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k */
+    dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
@@ -103,7 +103,7 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+        /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
         for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {
@@ -200,14 +200,14 @@ void dt_layernorm_1k_f16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:2) */
-void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2) */
+void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* W */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
-    dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k */
+    dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 2));
@@ -218,7 +218,7 @@ void dt_layernorm_1k_bf16(const dt_args* args, long long first, long long last) 
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
-        /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+        /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
         for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
             /* rsum identity */
             for (long long l2 = 0; l2 < 1; l2++) {

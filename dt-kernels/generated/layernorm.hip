@@ -396,8 +396,8 @@ typedef struct dt_args {
     float scalars[8];
 } dt_args;
 
-/* kernel layernorm_1k for f16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_args args) {
+/* kernel layernorm_1k_16bit for f16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_f16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -406,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
-    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
@@ -414,8 +414,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 1024u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q12[2];
+        bool f13[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 1024u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -423,25 +469,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[4];
+        dt_f16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l3 = (int)((unsigned)e / 1024u % 1u);
-                const int l4 = (int)((unsigned)e / 1u % 1024u);
-                v0[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_f16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l17 = (int)((unsigned)e / 1024u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 1024u);
+            if (f13[c]) {
+                v0.w[c] = q12[c];
+            } else {
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -451,9 +509,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a6 = 0e0f;
-            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a6;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -485,51 +543,51 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[4];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[4];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[4];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a18 = 0e0f;
-            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a18;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -566,62 +624,96 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f16(const dt_a
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[4];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[4];
+        dt_f16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l26 = (int)((unsigned)e / 1u % 1024u);
-                v26[r] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_f16(in1[(unsigned)(0 + l26) * (unsigned)args.input_strides[1][0]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v26.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
-        float v27[4];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[4];
+        dt_f16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v28[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_f16(in2[(unsigned)(0 + l29) * (unsigned)args.input_strides[2][0]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v28.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
-        float v29[4];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l32 = (int)((unsigned)e / 1024u % 1u);
-                const int l33 = (int)((unsigned)e / 1u % 1024u);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[(unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1]] = dt_store_f16(v29[r]);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_f16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_f16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_f16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            } else {
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v29[c * 8 + 7]);
             }
         }
     }
 }
 
-/* kernel layernorm_1k for bf16: grid block(x:2); 256 threads, 64 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_args args) {
+/* kernel layernorm_1k_16bit for bf16: grid block(x:2); 64 threads, 16 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_layernorm_1k_16bit_bf16(const dt_args args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -630,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
-    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
@@ -638,8 +730,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
-    /* block(x:2) layernorm_1k.tensorize(x:1) num_stages(2) */
+    /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2): loads one step ahead */
+    uint4 qn2[2];
+    bool fn3[2];
+    uint4 qn4[2];
+    bool fn5[2];
+    uint4 qn6[2];
+    bool fn7[2];
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l8 = (int)((unsigned)e / 1024u % 1u);
+        const int l9 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)((b0 * 2) + l8) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l9) * (unsigned)args.input_strides[0][1];
+        fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((b0 * 2) + l8) < (unsigned)s0 && (unsigned)(0 + (l9 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+        if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l10 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l10) * (unsigned)args.input_strides[1][0];
+        fn5[c] = (unsigned)args.input_strides[1][0] == 1 && (unsigned)(0 + (l10 + 7)) < (unsigned)s1 && ((unsigned long long)(in1 + a) & 15) == 0;
+        if (fn5[c]) qn4[c] = *(const uint4*)(in1 + a);
+    }
+    #pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int e = (c * 64 + tid) * 8;
+        const int l11 = (int)((unsigned)e / 1u % 1024u);
+        const unsigned a = (unsigned)(0 + l11) * (unsigned)args.input_strides[2][0];
+        fn7[c] = (unsigned)args.input_strides[2][0] == 1 && (unsigned)(0 + (l11 + 7)) < (unsigned)s1 && ((unsigned long long)(in2 + a) & 15) == 0;
+        if (fn7[c]) qn6[c] = *(const uint4*)(in2 + a);
+    }
     for (long long o1 = b0 * 2; o1 < dt_min_ll(b0 * 2 + 2, s0); o1 += 1) {
+        uint4 q12[2];
+        bool f13[2];
+        #pragma unroll
+        for (int c = 0; c < 2; c++) { q12[c] = qn2[c]; f13[c] = fn3[c]; }
+        if (o1 + 1 < dt_min_ll(b0 * 2 + 2, s0)) {
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 64 + tid) * 8;
+                const int l14 = (int)((unsigned)e / 1024u % 1u);
+                const int l15 = (int)((unsigned)e / 1u % 1024u);
+                const unsigned a = (unsigned)((o1 + 1) + l14) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l15) * (unsigned)args.input_strides[0][1];
+                fn3[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)((o1 + 1) + l14) < (unsigned)s0 && (unsigned)(0 + (l15 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (fn3[c]) qn2[c] = *(const uint4*)(in0 + a);
+            }
+        }
         /* rsum identity */
         float acc0[1];
         {
@@ -647,25 +785,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             acc0[r] = 0e0f;
         }
-        float v0[4];
+        dt_bf16s<16> v0; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l3 = (int)((unsigned)e / 1024u % 1u);
-                const int l4 = (int)((unsigned)e / 1u % 1024u);
-                v0[r] = ((unsigned)(o1 + l3) < (unsigned)s0 && (unsigned)(0 + l4) < (unsigned)s1) ? dt_load_bf16(in0[(unsigned)(o1 + l3) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l4) * (unsigned)args.input_strides[0][1]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l17 = (int)((unsigned)e / 1024u % 1u);
+            const int l18 = (int)((unsigned)e / 1u % 1024u);
+            if (f13[c]) {
+                v0.w[c] = q12[c];
+            } else {
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(0 + l18) * (unsigned)args.input_strides[0][1];
+                unsigned short h[8];
+                h[0] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + l18) < (unsigned)s1) ? in0[a + 0 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 1)) < (unsigned)s1) ? in0[a + 1 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 2)) < (unsigned)s1) ? in0[a + 2 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 3)) < (unsigned)s1) ? in0[a + 3 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 4)) < (unsigned)s1) ? in0[a + 4 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 5)) < (unsigned)s1) ? in0[a + 5 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 6)) < (unsigned)s1) ? in0[a + 6 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(0 + (l18 + 7)) < (unsigned)s1) ? in0[a + 7 * (unsigned)args.input_strides[0][1]] : (unsigned short)0x0000u;
+                v0.w[c] = dt_pack8(h);
             }
         }
         float v2[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v0[i * 4 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v0[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
             __syncthreads();
@@ -675,9 +825,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a6 = 0e0f;
-            for (int g = 0; g < 8; g++) a6 = a6 + ((dt_smem + 0) + 0)[g * 1 + e];
-            v2[r] = a6;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 0)[g * 1 + e];
+            v2[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -709,51 +859,51 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v8[4];
+        float v8[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v8[r] = (v0[r] - v5[0]);
             }
         }
-        float v12[4];
+        float v12[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v12[r] = (v8[r] * v8[r]);
             }
         }
-        float v13[4];
+        float v13[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l16 = (int)((unsigned)e / 1u % 1024u);
-                v13[r] = ((unsigned)(0 + l16) < (unsigned)s1) ? v12[r] : 0e0f;
+                const int l30 = (int)((unsigned)e / 1u % 1024u);
+                v13[r] = ((unsigned)(0 + l30) < (unsigned)s1) ? v12[r] : 0e0f;
             }
         }
         float v14[1];
-        /* reduction in registers: 4 per thread and row, then shuffles, then 8 groups of 32 */
+        /* reduction in registers: 16 per thread and row, then shuffles, then 2 groups of 32 */
         {
             float p[1];
             #pragma unroll
             for (int i = 0; i < 1; i++) {
                 p[i] = 0e0f;
                 #pragma unroll
-                for (int q = 0; q < 4; q++) p[i] = p[i] + v13[i * 4 + q];
+                for (int q = 0; q < 16; q++) p[i] = p[i] + v13[i * 16 + q];
                 for (int m = 16; m > 0; m >>= 1) p[i] = p[i] + dt_shfl_xor(p[i], m, 32);
             }
-            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 8)[(tid / 32) * 1 + i] = p[i]; }
+            if (tid % 32 == 0) { for (int i = 0; i < 1; i++) ((dt_smem + 0) + 2)[(tid / 32) * 1 + i] = p[i]; }
             __syncthreads();
         }
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a18 = 0e0f;
-            for (int g = 0; g < 8; g++) a18 = a18 + ((dt_smem + 0) + 8)[g * 1 + e];
-            v14[r] = a18;
+            float a32 = 0e0f;
+            for (int g = 0; g < 2; g++) a32 = a32 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v14[r] = a32;
         }
         {
             const int r = 0, e = 0;
@@ -790,55 +940,89 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_bf16(const dt_
             (void)r; (void)e;
             v24[r] = dt_rsqrt(v23[0]);
         }
-        float v25[4];
+        float v25[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v25[r] = (v8[r] * v24[0]);
             }
         }
-        float v26[4];
+        dt_bf16s<16> v26; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l26 = (int)((unsigned)e / 1u % 1024u);
-                v26[r] = ((unsigned)(0 + l26) < (unsigned)s1) ? dt_load_bf16(in1[(unsigned)(0 + l26) * (unsigned)args.input_strides[1][0]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l40 = (int)((unsigned)e / 1u % 1024u);
+            if (fn5[c]) {
+                v26.w[c] = qn4[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l40) * (unsigned)args.input_strides[1][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l40) < (unsigned)s1) ? in1[a + 0 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l40 + 1)) < (unsigned)s1) ? in1[a + 1 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l40 + 2)) < (unsigned)s1) ? in1[a + 2 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l40 + 3)) < (unsigned)s1) ? in1[a + 3 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l40 + 4)) < (unsigned)s1) ? in1[a + 4 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l40 + 5)) < (unsigned)s1) ? in1[a + 5 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l40 + 6)) < (unsigned)s1) ? in1[a + 6 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l40 + 7)) < (unsigned)s1) ? in1[a + 7 * (unsigned)args.input_strides[1][0]] : (unsigned short)0x0000u;
+                v26.w[c] = dt_pack8(h);
             }
         }
-        float v27[4];
+        float v27[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v27[r] = (v25[r] * v26[r]);
             }
         }
-        float v28[4];
+        dt_bf16s<16> v28; /* 16-bit values as loaded */
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l29 = (int)((unsigned)e / 1u % 1024u);
-                v28[r] = ((unsigned)(0 + l29) < (unsigned)s1) ? dt_load_bf16(in2[(unsigned)(0 + l29) * (unsigned)args.input_strides[2][0]]) : 0e0f;
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l43 = (int)((unsigned)e / 1u % 1024u);
+            if (fn7[c]) {
+                v28.w[c] = qn6[c];
+            } else {
+                const unsigned a = (unsigned)(0 + l43) * (unsigned)args.input_strides[2][0];
+                unsigned short h[8];
+                h[0] = ((unsigned)(0 + l43) < (unsigned)s1) ? in2[a + 0 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[1] = ((unsigned)(0 + (l43 + 1)) < (unsigned)s1) ? in2[a + 1 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[2] = ((unsigned)(0 + (l43 + 2)) < (unsigned)s1) ? in2[a + 2 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[3] = ((unsigned)(0 + (l43 + 3)) < (unsigned)s1) ? in2[a + 3 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[4] = ((unsigned)(0 + (l43 + 4)) < (unsigned)s1) ? in2[a + 4 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[5] = ((unsigned)(0 + (l43 + 5)) < (unsigned)s1) ? in2[a + 5 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[6] = ((unsigned)(0 + (l43 + 6)) < (unsigned)s1) ? in2[a + 6 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                h[7] = ((unsigned)(0 + (l43 + 7)) < (unsigned)s1) ? in2[a + 7 * (unsigned)args.input_strides[2][0]] : (unsigned short)0x0000u;
+                v28.w[c] = dt_pack8(h);
             }
         }
-        float v29[4];
+        float v29[16];
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
                 v29[r] = (v27[r] + v28[r]);
             }
         }
         #pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int e = tid + r * 256;
-            (void)e; {
-                const int l32 = (int)((unsigned)e / 1024u % 1u);
-                const int l33 = (int)((unsigned)e / 1u % 1024u);
-                if ((unsigned)(o1 + l32) < (unsigned)s0 && (unsigned)(0 + l33) < (unsigned)s1) out[(unsigned)(o1 + l32) * (unsigned)args.output_strides[0] + (unsigned)(0 + l33) * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[r]);
+        for (int c = 0; c < 2; c++) {
+            const int e = (c * 64 + tid) * 8;
+            const int l46 = (int)((unsigned)e / 1024u % 1u);
+            const int l47 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l46) * (unsigned)args.output_strides[0] + (unsigned)(0 + l47) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v29[c * 8 + 0], v29[c * 8 + 1]), dt_pack2_bf16(v29[c * 8 + 2], v29[c * 8 + 3]), dt_pack2_bf16(v29[c * 8 + 4], v29[c * 8 + 5]), dt_pack2_bf16(v29[c * 8 + 6], v29[c * 8 + 7]));
+            } else {
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + l47) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 0]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 1]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 2]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 3]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 4]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 5]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 6]);
+                if ((unsigned)(o1 + l46) < (unsigned)s0 && (unsigned)(0 + (l47 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v29[c * 8 + 7]);
             }
         }
     }

@@ -62,23 +62,29 @@ impl Device {
 /// `device` can run.
 pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32], device: Device) -> Result<Plan> {
     let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
-    // The size-class variants of the op's kernel, in the spec's order: the first whose bounds
-    // admit the sizes runs. A clustered class is left out where there are no clusters (a later
-    // class serves its sizes too).
+    // The size-class variants of the op's kernel, in the spec's order: the first built for the
+    // dtype whose bounds admit the sizes runs (a class may be scheduled for some dtypes only, and
+    // another class of the same bounds for the others). A clustered class is left out where
+    // there are no clusters (a later class serves its sizes too).
     let variants: Vec<&'static Kernel> = spec
         .kernels()?
         .iter()
         .filter(|k| dt_core::kir::is_variant_of(&k.name, op.kernel))
         .filter(|k| device.clusters || k.grid.cluster.is_none())
         .collect();
-    let mut result = Err(Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)));
+    // Where none runs: the error of the last variant built for the dtype (its bounds), else
+    // that of the first (not built for it).
+    let (mut bound, mut not_built) = (None, None);
     for kernel in variants {
-        result = plan_kernel(op, kernel, dtype, shapes, scalars);
-        if !matches!(result, Err(Error::BoundExceeded { .. })) {
-            break;
+        match plan_kernel(op, kernel, dtype, shapes, scalars) {
+            Err(e @ Error::BoundExceeded { .. }) => bound = Some(e),
+            Err(e @ Error::DTypeNotBuilt { .. }) => {
+                not_built.get_or_insert(e);
+            }
+            planned => return planned,
         }
     }
-    result
+    Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel))))
 }
 
 /// [`plan`] for one kernel.
@@ -217,4 +223,24 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
 fn programs(kernel: &Kernel, by_dim: &[Option<usize>]) -> usize {
     let sizes: Vec<usize> = by_dim.iter().map(|n| n.unwrap_or(0)).collect();
     kernel.grid.programs(&sizes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Layernorm of 1000 columns: the 16-bit types run the one-warp class scheduled for them,
+    /// f32 the class after it; 5000 columns pass both by for the next size class.
+    #[test]
+    fn the_first_variant_built_for_the_dtype_runs() {
+        let symbol = |dtype: DType, cols: usize| {
+            let (x, w) = ([8, cols], [cols]);
+            let shapes: [(&[usize], &[usize]); 3] = [(&x, &[cols, 1]), (&w, &[1]), (&w, &[1])];
+            plan(&crate::layernorm::OP, dtype, &shapes, &[1e-5], Device::PLAIN).map(|p| p.symbol)
+        };
+        assert_eq!(symbol(DType::F16, 1000).unwrap(), "dt_layernorm_1k_16bit_f16");
+        assert_eq!(symbol(DType::BF16, 1000).unwrap(), "dt_layernorm_1k_16bit_bf16");
+        assert_eq!(symbol(DType::F32, 1000).unwrap(), "dt_layernorm_1k_f32");
+        assert_eq!(symbol(DType::F16, 5000).unwrap(), "dt_layernorm_16k_f16");
+    }
 }

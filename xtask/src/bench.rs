@@ -473,8 +473,8 @@ fn to_json(rows: &[Row]) -> String {
 }
 
 /// The size-class variant of the job's kernel that the library runs: the first, in the spec's
-/// order, whose bounds admit the sizes of `args` (among the unclustered ones where there are no
-/// thread-block `clusters`).
+/// order, built for the job's dtype, whose bounds admit the sizes of `args` (among the
+/// unclustered ones where there are no thread-block `clusters`).
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
@@ -482,7 +482,7 @@ fn choose_variant<'a, 'b>(
     args: &'b Args,
     clusters: bool,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
-    let runnable = |k: &&Kernel| clusters || k.grid.cluster.is_none();
+    let runnable = |k: &&Kernel| (clusters || k.grid.cluster.is_none()) && k.dtypes.contains(&job.dtype);
     for kernel in kernels.iter().filter(|k| dt_core::kir::is_variant_of(&k.name, job.kernel())).filter(runnable) {
         let fid = program.kernel_by_name(&kernel.name).ok_or("kernel")?;
         let bound = dt_core::tensor::bind(program, fid, args).map_err(|e| e.to_string())?;

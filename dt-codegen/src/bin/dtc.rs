@@ -183,20 +183,21 @@ fn prepare(a: &RunArgs) -> Result<Prepared, String> {
         None => input_dtype.unwrap_or(DType::F32),
     };
     let kernel = match pick_kernel(&program, a.kernel.as_deref(), &a.file) {
-        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args).ok_or(several)?,
+        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype).ok_or(several)?,
         other => other?,
     };
     Ok(Prepared { program, kernel, args, dtype })
 }
 
 /// For a spec whose kernels are the size-class variants of one kernel (`softmax_1k`, ...,
-/// `softmax`), the one the library would run: the first whose bounds admit the arguments' sizes.
-fn pick_size_class(p: &Program, args: &Args) -> Option<FuncId> {
+/// `softmax`), the one the library would run: the first built for `dtype` whose bounds admit the
+/// arguments' sizes.
+fn pick_size_class(p: &Program, args: &Args, dtype: DType) -> Option<FuncId> {
     let names: Vec<&str> = p.kernels.iter().map(|k| p.func(*k).name.as_str()).collect();
     let family = names.iter().find(|f| names.iter().all(|n| dt_core::kir::is_variant_of(n, f)))?;
     p.kernels.iter().copied().filter(|k| dt_core::kir::is_variant_of(&p.func(*k).name, family)).find(|k| {
         let (Ok(bound), Ok(kernel)) = (dt_core::tensor::bind(p, *k, args), dt_core::lower::lower(p, *k)) else { return false };
-        dt_codegen::host::check_bounds(&kernel, &bound).is_ok()
+        kernel.dtypes.contains(&dtype) && dt_codegen::host::check_bounds(&kernel, &bound).is_ok()
     })
 }
 
