@@ -334,6 +334,11 @@ impl Kernel {
     pub fn dim_slot(&self, d: DimId) -> usize {
         self.dims.iter().position(|(x, _)| *x == d).expect("dimension is a kernel argument")
     }
+    /// Adds value `v` to the kernel's values and returns its id.
+    pub fn push_value(&mut self, v: Value) -> ValueId {
+        self.values.push(v);
+        ValueId(self.values.len() as u32 - 1)
+    }
     /// How many times each value is read (by operations, updates and stores), by value id.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut n = vec![0; self.values.len()];

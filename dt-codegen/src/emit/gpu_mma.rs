@@ -748,15 +748,7 @@ impl Emitter<'_> {
         let (input, axes) = (load.input, load.axes.clone());
         let name = self.k.inputs[input].name.clone();
         let copy = |e: &mut Self, l: &Lanes| {
-            let (cond, addr) = super::super::masked_address(
-                super::super::GPU_INDEX,
-                e.k,
-                &axes,
-                l,
-                |x| e.offset(x),
-                |a| super::input_stride(input, a),
-                &e.full,
-            );
+            let (cond, addr) = e.address(&axes, l, |a| super::input_stride(input, a));
             e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
         };
         // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
@@ -788,25 +780,9 @@ impl Emitter<'_> {
             let at_lane = |off: &str| {
                 Lanes(l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * 8{off})") } else { name.clone() })).collect())
             };
-            let (whole, _) = super::super::masked_address(
-                super::super::GPU_INDEX,
-                e.k,
-                &load.axes,
-                &at_lane(" + 7"),
-                |x| e.offset(x),
-                |_| String::new(),
-                &e.full,
-            );
+            let (whole, _) = e.address(&load.axes, &at_lane(" + 7"), |_| String::new());
             let first = at_lane("");
-            let (_, addr) = super::super::masked_address(
-                super::super::GPU_INDEX,
-                e.k,
-                &load.axes,
-                &first,
-                |x| e.offset(x),
-                |a| super::input_stride(input, a),
-                &e.full,
-            );
+            let (_, addr) = e.address(&load.axes, &first, |a| super::input_stride(input, a));
             e.line(&format!("if ({flag} && {whole}) {{"));
             e.depth += 1;
             let copy16 = if buf.is_some() { "dt_cp_async16" } else { "dt_copy16_to_shared" };

@@ -105,7 +105,5 @@ fn deferrable(k: &Kernel, body: &[Stmt], dim: crate::algo::DimId, uses: &[usize]
 }
 
 fn new_value(k: &mut Kernel, shape: Shape) -> ValueId {
-    let id = ValueId(k.values.len() as u32);
-    k.values.push(Value { shape, layout: crate::kir::Layout::Blocked });
-    id
+    k.push_value(Value { shape, layout: crate::kir::Layout::Blocked })
 }

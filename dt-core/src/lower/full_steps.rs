@@ -30,30 +30,26 @@
 //! looped f16 class from 0.66 to 0.43 of a copy.
 
 use crate::algo::DimId;
-use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, Value, ValueId};
+use crate::kir::{count_uses, Kernel, Loop, LoopKind, Op, Steps, Stmt, ValueId};
 use std::collections::HashMap;
 
 pub fn split_full_steps(k: &mut Kernel) {
-    let ctx = Context { uses: k.use_counts() };
+    let uses = k.use_counts();
     let body = std::mem::take(&mut k.body);
-    k.body = rewrite(k, &ctx, body);
+    k.body = rewrite(k, &uses, body);
 }
 
-/// What the pass knows of the whole kernel.
-struct Context {
-    /// Reads of each value in the kernel.
-    uses: Vec<usize>,
-}
-
-fn rewrite(k: &mut Kernel, ctx: &Context, stmts: Vec<Stmt>) -> Vec<Stmt> {
+/// `stmts` with their splittable loops split; `uses` counts the reads of each value in the
+/// whole kernel.
+fn rewrite(k: &mut Kernel, uses: &[usize], stmts: Vec<Stmt>) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(stmts.len());
     for s in stmts {
         let Stmt::Loop(mut l) = s else {
             out.push(s);
             continue;
         };
-        if !splittable(k, ctx, &l) {
-            l.body = rewrite(k, ctx, std::mem::take(&mut l.body));
+        if !splittable(k, uses, &l) {
+            l.body = rewrite(k, uses, std::mem::take(&mut l.body));
             out.push(Stmt::Loop(l));
             continue;
         }
@@ -70,19 +66,16 @@ fn rewrite(k: &mut Kernel, ctx: &Context, stmts: Vec<Stmt>) -> Vec<Stmt> {
     out
 }
 
-fn splittable(k: &Kernel, ctx: &Context, l: &Loop) -> bool {
+fn splittable(k: &Kernel, uses: &[usize], l: &Loop) -> bool {
+    let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
+    let plain = l.body.iter().all(|s| !matches!(s, Stmt::Loop(_) | Stmt::Let { op: Op::Dot { .. }, .. }));
+    if !matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) || l.steps != Steps::All || !masks || !plain {
+        return false;
+    }
+    // The copies take fresh values: nothing after the loop may read one of its own.
     let mut inside = vec![0; k.values.len()];
     count_uses(&l.body, &mut inside);
-    let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
-    matches!(l.kind, LoopKind::Whole | LoopKind::Reduction)
-        && l.steps == Steps::All
-        && masks
-        && l.body.iter().all(|s| match s {
-            Stmt::Loop(_) => false,
-            Stmt::Let { op: Op::Dot { .. }, .. } => false,
-            Stmt::Let { value, .. } => inside[value.0 as usize] == ctx.uses[value.0 as usize],
-            _ => true,
-        })
+    l.body.iter().all(|s| !matches!(s, Stmt::Let { value, .. } if inside[value.0 as usize] != uses[value.0 as usize]))
 }
 
 /// `body` with fresh values, for steps where every lane along `dim` is valid.
@@ -100,7 +93,7 @@ fn full_body(k: &mut Kernel, body: &[Stmt], dim: DimId) -> Vec<Stmt> {
                         continue;
                     }
                 }
-                let fresh = new_value(k, k.value(*value).clone());
+                let fresh = k.push_value(k.value(*value).clone());
                 renamed.insert(*value, fresh);
                 out.push(Stmt::Let { value: fresh, op });
             }
@@ -112,10 +105,4 @@ fn full_body(k: &mut Kernel, body: &[Stmt], dim: DimId) -> Vec<Stmt> {
         }
     }
     out
-}
-
-fn new_value(k: &mut Kernel, v: Value) -> ValueId {
-    let id = ValueId(k.values.len() as u32);
-    k.values.push(v);
-    id
 }

@@ -285,8 +285,7 @@ fn same(da: &HashMap<ValueId, &Op>, a: ValueId, db: &HashMap<ValueId, &Op>, b: V
 
 /// Appends `let v = op` to `out` and returns `v`.
 fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
-    let value = ValueId(k.values.len() as u32);
-    k.values.push(Value { shape, layout: Layout::Blocked });
+    let value = k.push_value(Value { shape, layout: Layout::Blocked });
     out.push(Stmt::Let { value, op });
     value
 }
